@@ -1,0 +1,127 @@
+"""The pack kernel against the reference on random data, every legal variant, several layouts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tuner.core import Config
+from tuner.formats import FORMATS, alloc_cache, quantize, read_slots, write_slots
+from tuner.kernels.base import e2m1_backend_legality
+from tuner.kernels.pack import nt_pad, default_config, pack, space
+
+from tests.golden_files import check_golden
+from tuner.kernels.pack import render_variant
+
+
+def _inputs(fmt: str, n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    f = FORMATS[fmt]
+    # Magnitudes over 12 decades so scales land everywhere, plus a few non-finite tiles.
+    x = torch.randn(n, f.dims, generator=g) * torch.logspace(-5, 7, n)[torch.randperm(n, generator=g)][:, None]
+    x[1, 7] = float("nan")
+    x[2, f.dims - 1] = float("-inf")
+    return x.to(dtype)
+
+
+def _legal_backends(fmt: str, target: str) -> list[str]:
+    return [b for b in space(fmt).params[0].choices if e2m1_backend_legality(b, target) is None]
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+def test_pack_matches_reference(fmt: str, dtype: torch.dtype, page_size: int, target_name: str, device: str) -> None:
+    n = 41
+    x = _inputs(fmt, n, dtype, seed=page_size).to(device)
+    pages = 2 * (-(-n // page_size)) + 1
+    g = torch.Generator().manual_seed(7)
+    slots = torch.randperm(pages * page_size, generator=g)[:n].to(torch.int64)
+    slots[[0, 5, 20]] = -1  # skipped tokens
+    slots = slots.to(device)
+    expected = alloc_cache(fmt, pages, page_size, fill=0xA5)
+    write_slots(expected, quantize(x.cpu(), fmt), slots.cpu(), fmt, page_size)
+    for backend in _legal_backends(fmt, target_name):
+        # The default, and a layout with a partial token block and a row split across 2 programs.
+        split = Config.of(backend="soft", BLOCK_T=16, TILES_PER_PROG=max(1, nt_pad(FORMATS[fmt]) // 2), num_warps=2, num_stages=1)
+        for cfg in (default_config(fmt), split):
+            cfg = cfg.replace(backend=backend)
+            cache = alloc_cache(fmt, pages, page_size, device=device, fill=0xA5)
+            pack(x, slots, cache, fmt, page_size, cfg)
+            # Whole-cache equality: written slots match, and every other byte is still 0xA5.
+            diff = (cache.cpu() != expected).nonzero()
+            assert diff.numel() == 0, f"{fmt} {cfg.to_json()}: {diff.shape[0]} bytes differ, first at {diff[:4].tolist()}"
+
+
+def test_skipped_slots_leave_cache_untouched(device: str) -> None:
+    fmt, page = "nvfp4_288", 16
+    x = torch.randn(8, 512).to(device)
+    cache = alloc_cache(fmt, 1, page, device=device, fill=0x5A)
+    pack(x, torch.full((8,), -1, dtype=torch.int64, device=device), cache, fmt, page)
+    assert bool((cache == 0x5A).all())
+
+
+def test_pack_rejects_bad_arguments(device: str) -> None:
+    fmt, page = "mxfp4_68", 16
+    cache = alloc_cache(fmt, 1, page, device=device)
+    with pytest.raises(ValueError, match="x\\[N, 128\\]"):
+        pack(torch.zeros(2, 64, device=device), torch.zeros(2, dtype=torch.int64, device=device), cache, fmt, page)
+    with pytest.raises(ValueError, match="int64"):
+        pack(torch.zeros(2, 128, device=device), torch.zeros(2, dtype=torch.int32, device=device), cache, fmt, page)
+    with pytest.raises(ValueError, match="uint8"):
+        pack(torch.zeros(2, 128, device=device), torch.zeros(2, dtype=torch.int64, device=device), cache[:, :10], fmt, page)
+    with pytest.raises(ValueError, match="infeasible"):
+        pack(torch.zeros(2, 128, device=device), torch.zeros(2, dtype=torch.int64, device=device), cache, fmt, page,
+             default_config(fmt).replace(BLOCK_T=3))
+
+
+def test_space_is_data() -> None:
+    sp = space("nvfp4_288")
+    doc = json.loads(json.dumps(sp.to_json()))
+    assert [p["name"] for p in doc] == ["backend", "BLOCK_T", "TILES_PER_PROG", "num_warps", "num_stages"]
+    grid = list(sp.grid())
+    assert default_config("nvfp4_288") in grid
+    assert all(sp.infeasible(c) is None for c in grid)
+    # The fp8 formats have no e2m1 backend axis.
+    assert space("fp8_528").params[0].choices == ("soft",)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_rendered_sources_match_golden(fmt: str) -> None:
+    backends = ("soft", "ptx", "gfx950") if FORMATS[fmt].elem == "e2m1" else ("soft",)
+    for b in backends:
+        check_golden(f"pack/{fmt}.{b}.py", render_variant(fmt, b).source)
+
+
+def test_xcompile_table_matches_the_issue() -> None:
+    """soft compiles on all four GPU targets; ptx only on sm_100; gfx950 only on gfx950 -- and the
+    process aborts of the illegal ones are rows of the table, not crashes of the tool."""
+    out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "pack", "--json"],
+                         capture_output=True, text=True, timeout=900, check=True)
+    rows = json.loads(out.stdout)
+    expect = {
+        "soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
+        "ptx": {"sm_100"},
+        "gfx950": {"gfx950"},
+    }
+    seen: dict[tuple[str, str, str], str] = {}
+    for r in rows:
+        assert set(r) >= {"kernel", "variant", "target", "status", "registers", "spills", "shared_bytes", "error"}
+        assert r["kernel"] == "pack"
+        seen[(r["variant"], r["detail"], r["target"])] = r["status"]
+        want = "compiled" if r["target"] in expect[r["variant"]] else "illegal"
+        assert r["status"] == want, r
+        if r["status"] == "compiled":
+            assert r["registers"] and r["registers"] > 0 and r["spills"] is not None
+        else:
+            assert r["error"]
+    # Every backend was built for every GPU target on the e2m1 formats.
+    for b in expect:
+        for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
+            assert (b, "nvfp4_288", t) in seen and (b, "mxfp4_68", t) in seen
+    aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
+    assert aborted and all("unknown asm constraint 'f'" in r["error"] for r in aborted)

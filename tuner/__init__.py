@@ -1,0 +1,1 @@
+"""kvtune's tuner: record formats, templated Triton kernels, compile/verify/time, search."""

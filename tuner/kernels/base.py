@@ -1,0 +1,123 @@
+"""What every kernel family provides, and the search-space data types.
+
+A search space is data: typed parameters with their choices and default, serialisable to JSON next
+to the values chosen. Parameters marked `render=True` are template (variant) choices and produce a
+different generated module; the rest are launch-time constexprs and `num_warps`/`num_stages`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from tuner.core import Config
+from tuner.render import Rendered
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    choices: tuple[Any, ...]
+    default: Any
+    render: bool = False  # a template choice (changes the generated source) or a launch param
+
+    def __post_init__(self) -> None:
+        if self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} of {self.name} is not among its choices {self.choices}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "choices": list(self.choices), "default": self.default, "render": self.render}
+
+
+@dataclass(frozen=True)
+class Space:
+    params: tuple[Param, ...]
+    # A config is feasible when every constraint returns None; otherwise the string says why not.
+    constraints: tuple[Callable[[Config], str | None], ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def default(self) -> Config:
+        return Config.from_dict({p.name: p.default for p in self.params})
+
+    def infeasible(self, config: Config) -> str | None:
+        d = config.as_dict()
+        for p in self.params:
+            if p.name not in d:
+                return f"missing parameter {p.name}"
+            if d[p.name] not in p.choices:
+                return f"{p.name}={d[p.name]!r} is not among {list(p.choices)}"
+        extra = set(d) - set(self.names())
+        if extra:
+            return f"unknown parameters {sorted(extra)}"
+        for c in self.constraints:
+            why = c(config)
+            if why:
+                return why
+        return None
+
+    def grid(self) -> Iterator[Config]:
+        """Every feasible config (the exhaustive grid)."""
+        for values in itertools.product(*(p.choices for p in self.params)):
+            cfg = Config.from_dict(dict(zip(self.names(), values)))
+            if self.infeasible(cfg) is None:
+                yield cfg
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [p.to_json() for p in self.params]
+
+
+@dataclass(frozen=True)
+class XCompileCase:
+    """One variant as the cross-compiler builds it: rendered source, kernel name and signature."""
+
+    variant: str
+    rendered: Rendered
+    kernel_name: str
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    num_warps: int = 4
+    num_stages: int = 2
+    detail: str = ""  # e.g. the record format the case was rendered for
+
+
+class KernelFamily(Protocol):
+    name: str
+    template: str
+
+    def variants(self) -> Sequence[str]: ...
+
+    def legality(self, variant: str, target: str) -> str | None:
+        """None when `variant` may be rendered for `target`, else the reason it may not."""
+        ...
+
+    def xcompile_cases(self) -> Sequence[XCompileCase]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# e2m1 conversion backends, shared by every template that converts e2m1 (see templates/_codecs.py.j2)
+# ---------------------------------------------------------------------------------------------
+
+E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
+
+_E2M1_ILLEGAL: dict[tuple[str, str], str] = {
+    ("ptx", "sm_90"): "cvt.rn.satfinite.e2m1x2.f32 needs sm_100a or newer; ptxas rejects it on sm_90",
+    ("ptx", "gfx942"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("ptx", "gfx950"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("ptx", "interp"): "Triton's interpreter has no inline asm",
+    ("gfx950", "sm_90"): "AMDGPU inline asm cannot be compiled by the NVPTX backend",
+    ("gfx950", "sm_100"): "AMDGPU inline asm cannot be compiled by the NVPTX backend",
+    ("gfx950", "gfx942"): "v_cvt_scalef32_pk_*fp4* exists only from gfx950 on",
+    ("gfx950", "interp"): "Triton's interpreter has no inline asm",
+}
+
+
+def e2m1_backend_legality(backend: str, target: str) -> str | None:
+    if backend not in E2M1_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_BACKENDS)}")
+    if target not in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
+        # Architectures without rows of their own: only the portable backend is known to be legal.
+        return None if backend == "soft" else f"{backend} is only known legal on its own architecture"
+    return _E2M1_ILLEGAL.get((backend, target))

@@ -1,0 +1,146 @@
+"""The pack kernel family: write NVFP4/MXFP4/FP8 records into a paged cache (FORMATS.md "pack")."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import triton
+
+from tuner import render as R
+from tuner.core import Config
+from tuner.formats import FORMATS, RecordFormat, get_format, page_bytes
+from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
+from tuner.targets import detect
+
+TEMPLATE = "pack.py.j2"
+
+
+def nt_pad(f: RecordFormat) -> int:
+    return triton.next_power_of_2(f.n_tiles)
+
+
+def space(fmt: str | RecordFormat) -> Space:
+    """The pack search space for one record format. The e2m1 backend is an axis only where the
+    format has e2m1 elements; elsewhere the codec is integer e4m3 and the axis would be a no-op."""
+    f = get_format(fmt)
+    nt = nt_pad(f)
+    backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
+
+    def _fits(c: Config) -> str | None:
+        elems = c["BLOCK_T"] * c["TILES_PER_PROG"] * f.tile
+        if elems > 8192:  # more than 8K fp32 values live per program spill on every target
+            return f"{elems} elements per program is too many"
+        if c["num_warps"] > 1 and elems < 32 * c["num_warps"]:
+            return f"{elems} elements per program cannot occupy {c['num_warps']} warps"
+        return None
+
+    return Space(
+        params=(
+            Param("backend", backends, "soft", render=True),
+            Param("BLOCK_T", (1, 2, 4, 8, 16), 4),
+            Param("TILES_PER_PROG", tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= nt), nt),
+            Param("num_warps", (1, 2, 4, 8), 4),
+            Param("num_stages", (1,), 1),  # no loop to pipeline
+        ),
+        constraints=(_fits,),
+    )
+
+
+def default_config(fmt: str | RecordFormat) -> Config:
+    return space(fmt).default()
+
+
+def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
+    f = get_format(fmt)
+    if backend not in E2M1_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}")
+    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": backend})
+
+
+def pack(
+    x: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    cache: torch.Tensor,
+    fmt: str | RecordFormat,
+    page_size: int,
+    config: Config | None = None,
+) -> torch.Tensor:
+    """Quantize `x[N, dims]` (bf16 or fp32) and write token i's record into slot `slot_mapping[i]`
+    of the paged `cache` (uint8[num_pages, page_bytes]); slot -1 is skipped. Returns `cache`."""
+    f = get_format(fmt)
+    if x.dim() != 2 or x.shape[1] != f.dims:
+        raise ValueError(f"{f.name} packs x[N, {f.dims}], got {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"x must be bf16 or fp32, got {x.dtype}")
+    if x.stride(1) != 1:
+        raise ValueError("x must be contiguous along dims")
+    if slot_mapping.shape != (x.shape[0],) or slot_mapping.dtype != torch.int64:
+        raise ValueError("slot_mapping must be int64[N]")
+    pb = page_bytes(f, page_size)
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous():
+        raise ValueError(f"cache must be a contiguous uint8[num_pages, {pb}] for {f.name} with page size {page_size}")
+    cfg = config or default_config(f)
+    why = space(f).infeasible(cfg)
+    if why:
+        raise ValueError(f"infeasible pack config {cfg.to_json()}: {why}")
+    illegal = e2m1_backend_legality(cfg["backend"], detect().name)
+    if illegal and f.elem == "e2m1":
+        raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
+    n = x.shape[0]
+    if n == 0:
+        return cache
+    mod = R.load(render_variant(f, cfg["backend"]))
+    in_bf16 = x.dtype == torch.bfloat16
+    xbits = x.view(torch.int16 if in_bf16 else torch.int32)
+    grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
+    mod.pack_kernel[grid](
+        x, xbits, slot_mapping, cache, n, x.stride(0), page_size, pb,
+        BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=in_bf16,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return cache
+
+
+def bytes_moved(fmt: str | RecordFormat, n_tokens: int, in_bytes: int = 2) -> int:
+    """Bytes a pack of n tokens must read and write (the roofline's numerator)."""
+    f = get_format(fmt)
+    return n_tokens * (f.dims * in_bytes + 8 + f.bytes_per_token)
+
+
+class _PackFamily:
+    name = "pack"
+    template = TEMPLATE
+
+    def variants(self) -> Sequence[str]:
+        return E2M1_BACKENDS
+
+    def legality(self, variant: str, target: str) -> str | None:
+        return e2m1_backend_legality(variant, target)
+
+    def xcompile_cases(self) -> Sequence[XCompileCase]:
+        """Each backend on the e2m1 formats it converts, plus `soft` on every fp8 format."""
+        cases = []
+        for name, f in FORMATS.items():
+            for backend in E2M1_BACKENDS if f.elem == "e2m1" else ("soft",):
+                cfg = default_config(f)
+                cases.append(
+                    XCompileCase(
+                        variant=backend,
+                        rendered=render_variant(f, backend),
+                        kernel_name="pack_kernel",
+                        signature={
+                            "x_ptr": "*bf16", "xbits_ptr": "*i16", "slot_ptr": "*i64", "cache_ptr": "*u8",
+                            "n_tokens": "i32", "stride_x": "i32", "page_size": "i32", "page_bytes": "i64",
+                            "BLOCK_T": "constexpr", "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr",
+                        },
+                        constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True},
+                        num_warps=cfg["num_warps"],
+                        num_stages=cfg["num_stages"],
+                        detail=name,
+                    )
+                )
+        return cases
+
+
+FAMILY: KernelFamily = _PackFamily()
