@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from tuner.core import Config
+from tuner.core import Bucket, Config, ProblemKey
 from tuner.render import Rendered
 
 
@@ -84,16 +84,54 @@ class XCompileCase:
 
 
 class KernelFamily(Protocol):
+    """What the tuner, the CLI and the service need from a kernel family.
+
+    `inputs` is a family-defined dict of tensors (and scalars) for one launch at one size; `run`
+    must be capturable in a CUDA graph (no host sync, no allocation that changes between replays)
+    and returns the outputs `verify` checks against the family's reference.
+    """
+
     name: str
     template: str
 
-    def variants(self) -> Sequence[str]: ...
+    def variants(self) -> Sequence[str]:
+        """Names of the template variants (for pack and the readers: the e2m1 backend)."""
+        ...
 
     def legality(self, variant: str, target: str) -> str | None:
         """None when `variant` may be rendered for `target`, else the reason it may not."""
         ...
 
     def xcompile_cases(self) -> Sequence[XCompileCase]: ...
+
+    # -- tuning -------------------------------------------------------------------------------
+    def space(self, key: ProblemKey) -> Space: ...
+
+    def default_config(self, key: ProblemKey) -> Config: ...
+
+    def variant_of(self, config: Config) -> str:
+        """The variant a config renders (what `legality` is asked about)."""
+        ...
+
+    def buckets(self, key: ProblemKey) -> list[Bucket]:
+        """The default buckets of this kernel, each an explicit closed range."""
+        ...
+
+    def render(self, key: ProblemKey, config: Config) -> Rendered:
+        """The generated module a config runs (stored and served by its source hash)."""
+        ...
+
+    def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]: ...
+
+    def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any: ...
+
+    def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        """None when outputs match the reference (FORMATS.md tolerances), else what is wrong."""
+        ...
+
+    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
+        """Bytes one launch at the bucket's size must move (the roofline floor's numerator)."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import triton
 
 from tuner import render as R
-from tuner.core import Config
-from tuner.formats import FORMATS, RecordFormat, get_format, page_bytes
+from tuner.core import Bucket, Config, ProblemKey
+from tuner.formats import FORMATS, RecordFormat, alloc_cache, get_format, page_bytes, quantize, read_slots
 from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
 from tuner.targets import detect
 
@@ -102,10 +102,19 @@ def pack(
     return cache
 
 
-def bytes_moved(fmt: str | RecordFormat, n_tokens: int, in_bytes: int = 2) -> int:
-    """Bytes a pack of n tokens must read and write (the roofline's numerator)."""
+def pack_bytes(fmt: str | RecordFormat, n_tokens: int, in_bytes: int = 2) -> int:
+    """Bytes a pack of n tokens must read (input row + slot) and write (record)."""
     f = get_format(fmt)
     return n_tokens * (f.dims * in_bytes + 8 + f.bytes_per_token)
+
+
+def pack_key(fmt: str, arch: str) -> ProblemKey:
+    """Pack has no heads/topk/window of its own; its key is the record format on an arch."""
+    return ProblemKey(kernel="pack", arch=arch, heads=0, topk=0, window=0, formats=(fmt,), head_dim=get_format(fmt).dims)
+
+# Token-count buckets: a decode step packs a few tokens, a prefill chunk thousands.
+PACK_BUCKETS = (Bucket("N", 1, 64), Bucket("N", 65, 1024), Bucket("N", 1025, 16384), Bucket("N", 16385, 1 << 20))
+PACK_PAGE_SIZE = 64
 
 
 class _PackFamily:
@@ -114,6 +123,47 @@ class _PackFamily:
 
     def variants(self) -> Sequence[str]:
         return E2M1_BACKENDS
+
+    def space(self, key: ProblemKey) -> Space:
+        return space(key.formats[0])
+
+    def default_config(self, key: ProblemKey) -> Config:
+        return default_config(key.formats[0])
+
+    def variant_of(self, config: Config) -> str:
+        return str(config["backend"])
+
+    def buckets(self, key: ProblemKey) -> list[Bucket]:
+        return list(PACK_BUCKETS)
+
+    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
+        return render_variant(key.formats[0], config["backend"])
+
+    def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        f = get_format(key.formats[0])
+        n = bucket.rep
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(n, f.dims, generator=g) * 3).to(torch.bfloat16)
+        pages = -(-n // PACK_PAGE_SIZE)
+        slots = torch.randperm(pages * PACK_PAGE_SIZE, generator=g)[:n]
+        return {
+            "x": x.to(device),
+            "slots": slots.to(device),
+            "cache": alloc_cache(f, pages, PACK_PAGE_SIZE, device=device, fill=0),
+        }
+
+    def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
+        return pack(inputs["x"], inputs["slots"], inputs["cache"], key.formats[0], PACK_PAGE_SIZE, config)
+
+    def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        f = get_format(key.formats[0])
+        got = read_slots(outputs, inputs["slots"], f, PACK_PAGE_SIZE).cpu()
+        want = quantize(inputs["x"].cpu(), f)
+        bad = (got != want).any(dim=1)
+        return f"{int(bad.sum())} of {len(bad)} records differ from the reference" if bad.any() else None
+
+    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
+        return pack_bytes(key.formats[0], bucket.rep)
 
     def legality(self, variant: str, target: str) -> str | None:
         return e2m1_backend_legality(variant, target)
