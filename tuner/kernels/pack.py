@@ -92,10 +92,13 @@ def pack(
         return cache
     mod = R.load(render_variant(f, cfg["backend"]))
     in_bf16 = x.dtype == torch.bfloat16
-    xbits = x.view(torch.int16 if in_bf16 else torch.int32)
+    # The kernel reads x as int32 words (a bf16 pair or one fp32) and writes e4m3 pairs as halfwords.
+    if in_bf16 and (x.stride(0) % 2 or x.storage_offset() % 2):
+        x = x.contiguous()
+    xw = x.view(torch.int32)
     grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.pack_kernel[grid](
-        x, xbits, slot_mapping, cache, n, x.stride(0), page_size, pb,
+        xw, slot_mapping, cache, cache.view(torch.int16), n, xw.stride(0), page_size, pb,
         BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=in_bf16,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
@@ -180,8 +183,8 @@ class _PackFamily:
                         rendered=render_variant(f, backend),
                         kernel_name="pack_kernel",
                         signature={
-                            "x_ptr": "*bf16", "xbits_ptr": "*i16", "slot_ptr": "*i64", "cache_ptr": "*u8",
-                            "n_tokens": "i32", "stride_x": "i32", "page_size": "i32", "page_bytes": "i64",
+                            "xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16",
+                            "n_tokens": "i32", "stride_w": "i32", "page_size": "i32", "page_bytes": "i64",
                             "BLOCK_T": "constexpr", "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr",
                         },
                         constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True},

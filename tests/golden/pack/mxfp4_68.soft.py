@@ -26,24 +26,18 @@ def _exp2_float(e):
 
 @triton.jit
 def _e4m3_encode(v):
-    # fp32 -> e4m3fn code (int32 0..255), round-to-nearest-even on the mantissa bits.
-    # Requires |v| <= 448 (callers clamp) and v finite. Normals keep 3 mantissa bits; below 2**-6
-    # the quantum is 2**-9 (subnormals), so the shift grows by the missing exponent.
+    # fp32 -> e4m3fn code (int32 0..255), round-to-nearest-even, with integer and exact fp32 ops
+    # only. Requires |v| <= 448 (callers clamp) and v finite.
+    # Normals (|v| >= 2**-6): round the fp32 mantissa to 3 bits on the bit pattern (a carry moves
+    # into the exponent by itself), then rebias the exponent from 127 to 7.
+    # Subnormals: the quantum is 2**-9, so the code is RNE(|v| * 512), which adding 2**23 computes
+    # exactly (fp32 addition rounds to nearest even and |v| * 512 < 8 is exact).
     b = v.to(tl.int32, bitcast=True)
-    sign = ((b >> 31) & 1) << 7
-    ef = (b >> 23) & 0xFF
-    e = ef - 127
-    mant = (b & 0x7FFFFF) | 0x800000
-    eff = tl.maximum(e, -6)
-    shift = tl.minimum(20 + eff - e, 25)  # past 25 bits everything rounds to zero anyway
-    one = (shift * 0) + 1
-    q = mant >> shift
-    rem = mant & ((one << shift) - 1)
-    half = one << (shift - 1)
-    up = (rem > half) | ((rem == half) & ((q & 1) == 1))
-    code = ((eff + 6) << 3) + q + up.to(tl.int32)
-    code = tl.where(ef == 0, 0, code)  # zero and fp32 subnormals (< 2**-126) encode to 0
-    return code | sign
+    ab = b & 0x7FFFFFFF
+    normal = ((ab + 0x7FFFF + ((ab >> 20) & 1)) >> 20) - (120 << 3)
+    sub = (tl.abs(v) * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    code = tl.where(ab < 0x3C800000, sub, normal)  # 0x3C800000 = 2**-6
+    return code | ((b >> 24) & 0x80)
 
 
 @triton.jit
@@ -77,6 +71,28 @@ def _e2m1_code(v):
 
 
 @triton.jit
+def _e2m1_code_scaled(v, s):
+    # e2m1(RN(v / s)) without dividing: compare |v| with the table's thresholds scaled by s. Exact
+    # when the products c*s are exact (s is a power of two, or an e4m3 value: <= 7 significant
+    # bits) and v cannot sit within half an fp32 ulp of a threshold without being on it -- true
+    # for bf16 inputs (8 significant bits) and for any input when s is a power of two.
+    # A binary search over the 7 thresholds: bit 2 and bit 1 of the code split at ties that go up
+    # (>=), bit 0 at ties that go down (>), as FORMATS.md's table has them.
+    a = tl.abs(v)
+    b2 = a >= 1.75 * s
+    b1 = a >= tl.where(b2, 3.5 * s, 0.75 * s)
+    t0 = tl.where(b2, tl.where(b1, 5.0 * s, 2.5 * s), tl.where(b1, 1.25 * s, 0.25 * s))
+    b0 = a > t0
+    code = b2.to(tl.int32) * 4 + b1.to(tl.int32) * 2 + b0.to(tl.int32)
+    return code | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
+
+
+@triton.jit
+def _e2m1_pack2_scaled(even, odd, s):
+    return _e2m1_code_scaled(even, s) | (_e2m1_code_scaled(odd, s) << 4)
+
+
+@triton.jit
 def _e2m1_pack2(even, odd):
     # Two fp32 values -> one byte: element 2i in the low nibble, 2i+1 in the high nibble.
     return _e2m1_code(even) | (_e2m1_code(odd) << 4)
@@ -84,12 +100,12 @@ def _e2m1_pack2(even, odd):
 
 @triton.jit
 def pack_kernel(
-    x_ptr,  # [N, dims] bf16 or fp32
-    xbits_ptr,  # the same storage as int16 (bf16 input) or int32 (fp32 input)
+    xw_ptr,  # int32 words of x[N, dims]: bf16 pairs (IN_BF16) or fp32 bit patterns
     slot_ptr,  # [N] int64, -1 = skip
     cache_ptr,  # uint8, pages of page_bytes
+    cache16_ptr,  # the same storage as int16 (e4m3 element pairs are stored as halfwords)
     n_tokens,
-    stride_x,
+    stride_w,  # words per row of x
     page_size,
     page_bytes,
     BLOCK_T: tl.constexpr,
@@ -107,32 +123,40 @@ def pack_kernel(
     off = slot % page_size
     data_base = page_base + off * DATA_BYTES
     scale_base = page_base + page_size * DATA_BYTES + off * SCALE_BYTES
-    x_row = rows.to(tl.int64) * stride_x
+    w_row = rows.to(tl.int64) * stride_w
 
     tiles = pid_c * TILES_PER_PROG + tl.arange(0, TILES_PER_PROG)
-    k = tl.arange(0, TILE)
     tile_ok = tiles < N_TILES
-    cols = tiles[:, None] * TILE + k[None, :]
+    k2 = tl.arange(0, TILE // 2)
+    pair = tiles[:, None] * (TILE // 2) + k2[None, :]  # pair index within the row
     m3 = live[:, None, None] & tile_ok[None, :, None]
-    x = tl.load(x_ptr + x_row[:, None, None] + cols[None, :, :], mask=m3, other=0.0).to(tl.float32)
+    if IN_BF16:
+        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=m3, other=0)
+        ev_bits = w << 16  # element 2i: the low half of the word
+        od_bits = w & -65536  # element 2i+1: the high half
+    else:
+        ev_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :], mask=m3, other=0)
+        od_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :] + 1, mask=m3, other=0)
 
-    a = tl.abs(x)
-    finite = a < float("inf")  # false for +-inf and NaN
-    bad = tl.max((~finite).to(tl.int32), axis=2) > 0
-    amax = tl.max(tl.where(finite, a, 0.0), axis=2)
+    # amax as an integer max of |bits|: positive floats order like their bit patterns, and inf/NaN
+    # sit above every finite value, so one max finds both the scale and a non-finite tile.
+    abs_max = tl.maximum(ev_bits & 0x7FFFFFFF, od_bits & 0x7FFFFFFF)
+    amax_bits = tl.max(abs_max, axis=2)
+    bad = amax_bits >= 0x7F800000
+    amax = tl.where(bad, 0, amax_bits).to(tl.float32, bitcast=True)
+    even = ev_bits.to(tl.float32, bitcast=True)
+    odd = od_bits.to(tl.float32, bitcast=True)
 
-    # mxfp4: s = pow2ceil(max(amax, 6 * 2**-126) / 6) as ue8m0; dividing by a power of two is an
-    # exact multiply by its reciprocal.
+    # mxfp4: s = pow2ceil(max(amax, 6 * 2**-126) / 6) as ue8m0.
     floor = tl.maximum(amax, 6.0 * 1.1754943508222875e-38)
     e = tl.minimum(_pow2ceil_exp(tl.math.div_rn(floor, tl.full(floor.shape, 6.0, tl.float32))), 254)
-    v = x * _exp2_float(254 - e)[:, :, None]
+    s_val = _exp2_float(e)
     s_byte = tl.where(bad, 0xFF, e)
 
-    even, odd = tl.split(tl.reshape(v, [BLOCK_T, TILES_PER_PROG, TILE // 2, 2]))
-    byte = tl.where(bad[:, :, None], 0, _e2m1_pack2(even, odd))
-    k2 = tl.arange(0, TILE // 2)
-    d_off = data_base[:, None, None] + (tiles[:, None] * (TILE // 2) + k2[None, :])[None, :, :]
-    tl.store(cache_ptr + d_off, byte.to(tl.uint8), mask=live[:, None, None] & tile_ok[None, :, None])
+    byte = _e2m1_pack2_scaled(even, odd, s_val[:, :, None])
+    byte = tl.where(bad[:, :, None], 0, byte)
+    d_off = data_base[:, None, None] + pair[None, :, :]
+    tl.store(cache_ptr + d_off, byte.to(tl.uint8), mask=m3)
 
     m2 = live[:, None] & tile_ok[None, :]
     tl.store(cache_ptr + scale_base[:, None] + tiles[None, :], s_byte.to(tl.uint8), mask=m2)

@@ -1,0 +1,117 @@
+"""Pack benchmark (issue 2): byte-exactness of every sm_90-legal variant on 1M random tokens per
+format, and pack throughput against the GPU's measured copy bandwidth (bytes read + written).
+
+    python benchmarks/bench_pack.py --out benchmarks/results     # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
+from tuner.core import Config  # noqa: E402
+from tuner.formats import FORMATS, alloc_cache, quantize, read_slots  # noqa: E402
+from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
+from tuner.kernels.pack import default_config, pack, pack_bytes, space  # noqa: E402
+from tuner.targets import detect  # noqa: E402
+
+
+def _inputs(fmt: str, n: int, page: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    f = FORMATS[fmt]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    # Per-token magnitudes spread over decades so every scale path is exercised.
+    mag = torch.exp(torch.randn(n, 1, device="cuda", generator=g) * 3)
+    x = (torch.randn(n, f.dims, device="cuda", generator=g) * mag).to(torch.bfloat16)
+    pages = -(-n // page)
+    # A paged allocator's slots: whole pages in a shuffled order, tokens contiguous inside a page.
+    perm = torch.randperm(pages, device="cuda", generator=g)
+    i = torch.arange(n, device="cuda")
+    slots = perm[i // page] * page + i % page
+    return x, slots, alloc_cache(f, pages, page, device="cuda", fill=0)
+
+
+def check_exact(fmt: str, n: int, page: int, target: str) -> dict[str, str]:
+    x, slots, cache = _inputs(fmt, n, page, seed=1)
+    want = quantize(x, fmt)
+    out = {}
+    for b in space(fmt).params[0].choices:
+        if e2m1_backend_legality(b, target):
+            continue
+        cache.fill_(0)
+        pack(x, slots, cache, fmt, page, default_config(fmt).replace(backend=b))
+        got = read_slots(cache, slots, fmt, page)
+        bad = int((got != want).any(dim=1).sum())
+        out[b] = "byte-exact" if bad == 0 else f"{bad} of {n} records differ"
+    return out
+
+
+def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict:
+    x, slots, cache = _inputs(fmt, n, page, seed=2)
+    moved = pack_bytes(fmt, n)
+    target = detect().name
+    cfgs = [c for c in space(fmt).grid() if not e2m1_backend_legality(c["backend"], target)]
+    # The default first, then a seeded sample of the rest of the grid (compiles dominate the run).
+    dflt = default_config(fmt)
+    rest = [c for c in cfgs if c != dflt]
+    cfgs = [dflt] + random.Random(0).sample(rest, min(len(rest), max_configs - 1))
+    rows = []
+    for c in cfgs:
+        try:
+            us = time_us(lambda c=c: pack(x, slots, cache, fmt, page, c), graph=False, rep=100)
+        except Exception as e:  # a config that fails to compile is a row, not the end of the sweep
+            rows.append({"config": c.as_dict(), "error": f"{type(e).__name__}: {e}"[:200]})
+            continue
+        rows.append({"config": c.as_dict(), "us": us, "frac_of_copy": moved / (us * 1e-6) / copy_bw})
+    ok = [r for r in rows if "us" in r]
+    best = min(ok, key=lambda r: r["us"])
+    return {"format": fmt, "tokens": n, "bytes_moved": moved, "default": ok[0], "best": best,
+            "floor_us": moved / copy_bw * 1e6, "configs_timed": len(ok), "rows": rows}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--tokens", type=int, default=1 << 20)
+    ap.add_argument("--page", type=int, default=64)
+    ap.add_argument("--max-configs", type=int, default=60)
+    args = ap.parse_args()
+    target = detect().name
+    prov = provenance()
+    t0 = time.time()
+    bw = copy_bandwidth()
+    print(f"{prov['gpu']} ({target}), torch {prov['torch']}, triton {prov['triton']}: copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    exact = {fmt: check_exact(fmt, args.tokens, args.page, target) for fmt in FORMATS}
+    for fmt, r in exact.items():
+        print(f"  exactness {fmt}: {r}", flush=True)
+    results = []
+    for fmt in FORMATS:
+        r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else 16)
+        results.append(r)
+        d, b = r["default"], r["best"]
+        print(f"  {fmt}: default {d['us']:.1f} us ({d['frac_of_copy']:.1%} of copy), best {b['us']:.1f} us "
+              f"({b['frac_of_copy']:.1%}) {b['config']}, floor {r['floor_us']:.1f} us, {r['configs_timed']} configs", flush=True)
+    md = [f"# pack benchmark\n\n{prov['gpu']} ({target}), torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}\n",
+          f"Copy bandwidth (4 GiB device copy, read+write): {bw / 1e12:.3f} TB/s. {args.tokens} bf16 tokens, page {args.page}, "
+          "timed with triton.testing.do_bench (median).\n",
+          "| format | exact (1M random tokens) | default us | default % copy | best us | best % copy | best config |",
+          "|---|---|---|---|---|---|---|"]
+    for r in results:
+        d, b = r["default"], r["best"]
+        md.append(f"| {r['format']} | {', '.join(f'{k}: {v}' for k, v in exact[r['format']].items())} | {d['us']:.1f} | "
+                  f"{d['frac_of_copy']:.1%} | {b['us']:.1f} | {b['frac_of_copy']:.1%} | `{Config.from_dict(b['config']).to_json()}` |")
+    write_results(args.out, "pack_h200", {"provenance": prov, "copy_bw_Bps": bw, "exact": exact, "results": results},
+                  "\n".join(md) + "\n")
+    print(f"done in {time.time() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Shared benchmark plumbing: environment provenance, copy bandwidth, timing, result files."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import triton
+
+
+def provenance() -> dict[str, Any]:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
+    arch = ""
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        arch = getattr(p, "gcnArchName", "") or f"sm_{p.major}{p.minor}"
+    return {
+        "gpu": gpu,
+        "arch": arch,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def copy_bandwidth(gib: float = 4.0) -> float:
+    """Measured device copy bandwidth in bytes/s (read + write counted), median of do_bench."""
+    n = int(gib * (1 << 30))
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=50, rep=500, return_mode="median")
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (ms * 1e-3)
+
+
+def time_us(fn: Callable[[], Any], graph: bool = True, rep: int = 200) -> float:
+    """Median time of one call in microseconds: CUDA graph replay (as engines run) or plain launches."""
+    if graph:
+        ms = triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
+    else:
+        ms = triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
+    return ms * 1e3
+
+
+def write_results(out_dir: str | Path, name: str, payload: dict[str, Any], markdown: str) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    (out / f"{name}.md").write_text(markdown)
