@@ -1,0 +1,257 @@
+"""The indexer logits kernel against the float64 reference: every legal variant, both cache formats,
+both query dtypes, several page sizes, sequences of different lengths sharing one shuffled cache,
+decode-like and prefill-like inputs; outputs are poisoned first so an unwritten element fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.golden_files import check_golden
+from tuner.core import Config
+from tuner.kernels.logits import (
+    FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key, make_query,
+    paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
+)
+from tuner.reference import compare, logits_reference
+
+TOL = 1e-2
+
+
+def _legal_dots(fmt: str, q_dtype: str, target: str) -> list[Config]:
+    """The default config switched to each variant of the space that may run on `target`."""
+    sp = space(fmt, q_dtype)
+    base = default_config(fmt, q_dtype)
+    out = []
+    for dot in sp.params[0].choices:
+        for backend in sp.params[1].choices:
+            cfg = base.replace(dot=dot, backend=backend)
+            if sp.infeasible(cfg) is None and legality(variant_of(cfg), target) is None:
+                out.append(cfg)
+    return out
+
+
+def _problem(kind: str, fmt: str, q_dtype: str, page: int, device: str, heads: int = 64, seed: int = 0) -> dict:
+    """Sequences of lengths not a multiple of any block, in one cache through a shuffled block table.
+
+    decode: one token per sequence (one with a sliding k_start, one with an empty range);
+    prefill: the last tokens of two sequences, causal, interleaved so that groups of 2 tokens both
+    share and straddle sequences."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [45, 300, 131]
+    bt, pages = paged_sequences(lengths, page, g, spare_pages=3)
+    cache = random_cache(fmt, pages, page, "cpu", g)
+    if kind == "decode":
+        seq_of = [0, 1, 2, 1]
+        k_start = [0, 0, 17, 5]
+        k_end = [45, 300, 131, 5]  # the last token has nothing to score
+    else:
+        seq_of = [1, 1, 1, 2, 2, 1, 0]
+        k_start = [0, 0, 0, 0, 0, 0, 0]
+        k_end = [296, 297, 298, 130, 131, 299, 45]
+    t = len(seq_of)
+    q, w = make_query(t, heads, q_dtype, g)
+    as_i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+    return {
+        "q": q.to(device), "w": w.to(device), "cache": cache.to(device), "page_size": page,
+        "block_table": bt.to(device), "seq_of": as_i32(seq_of), "k_start": as_i32(k_start), "k_end": as_i32(k_end),
+        "max_len": 307,  # wider than every sequence: the tail columns are -inf
+    }
+
+
+def _check(p: dict, fmt: str, cfg: Config | None) -> None:
+    out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=p["q"].device)  # poison
+    logits(p["q"], p["w"], p["cache"], fmt, p["page_size"], p["block_table"], p["seq_of"], p["k_start"], p["k_end"],
+           p["max_len"], cfg, out=out)
+    ref = logits_reference(p["q"].cpu(), p["w"].cpu(), p["cache"].cpu(), fmt, p["page_size"], p["block_table"].cpu(),
+                           p["seq_of"].cpu(), p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
+    assert torch.isfinite(ref).any() and torch.isneginf(ref).any()
+    err = compare(out.cpu(), ref, TOL)
+    assert err is None, f"{fmt} page {p['page_size']} {cfg.to_json() if cfg else 'default'}: {err}"
+
+
+@pytest.mark.parametrize("fmt", LOGITS_FORMATS)
+@pytest.mark.parametrize("q_dtype", ["fp8", "bf16"])
+@pytest.mark.parametrize("page", [16, 64, 128])
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, target_name: str, device: str) -> None:
+    p = _problem(kind, fmt, q_dtype, page, device, seed=page)
+    cfgs = _legal_dots(fmt, q_dtype, target_name)
+    assert cfgs, f"no legal variant for {fmt} q={q_dtype} on {target_name}"
+    for cfg in cfgs:
+        _check(p, fmt, cfg)
+        if kind == "prefill":
+            # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
+            # the other page lookup.
+            other = "key" if cfg["PAGE_LOOKUP"] == "tile" else "tile"
+            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2))
+
+
+def test_default_config_runs(device: str) -> None:
+    _check(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", None)
+
+
+@pytest.mark.parametrize("page", [32, 256])
+@pytest.mark.parametrize("heads", [16, 32])
+def test_other_page_sizes_and_heads(page: int, heads: int, target_name: str, device: str) -> None:
+    for fmt in LOGITS_FORMATS:
+        p = _problem("prefill", fmt, "fp8", page, device, heads=heads, seed=heads)
+        cfg = _legal_dots(fmt, "fp8", target_name)[0].replace(BLOCK_N=64, TILES=1, QT=4, HEADS=16)
+        _check(p, fmt, cfg)
+
+
+def test_empty_shapes_and_out_of_range(device: str) -> None:
+    fmt, page = "mxfp4_68", 16
+    p = _problem("decode", fmt, "fp8", page, device)
+    got = logits(p["q"][:0], p["w"][:0], p["cache"], fmt, page, p["block_table"], p["seq_of"][:0], p["k_start"][:0],
+                 p["k_end"][:0], 50)
+    assert got.shape == (0, 50)
+    # k_end past max_len is cut at max_len; k_start >= k_end scores nothing.
+    ks = torch.tensor([0, 200, 3, 0], dtype=torch.int32, device=device)
+    ke = torch.tensor([45, 100, 131, 0], dtype=torch.int32, device=device)
+    out = logits(p["q"], p["w"], p["cache"], fmt, page, p["block_table"], p["seq_of"], ks, ke, 40)
+    ref = logits_reference(p["q"].cpu(), p["w"].cpu(), p["cache"].cpu(), fmt, page, p["block_table"].cpu(),
+                           p["seq_of"].cpu(), ks.cpu(), ke.cpu(), 40)
+    assert compare(out.cpu(), ref, TOL) is None
+    assert bool(torch.isneginf(out[1]).all()) and bool(torch.isneginf(out[3]).all())
+
+
+def test_logits_rejects_bad_arguments(device: str) -> None:
+    fmt, page = "mxfp4_68", 16
+    p = _problem("decode", fmt, "fp8", page, device)
+    args = [p["q"], p["w"], p["cache"], fmt, page, p["block_table"], p["seq_of"], p["k_start"], p["k_end"], 64]
+
+    def call(**change):
+        a = list(args)
+        names = ["q", "w", "cache", "fmt", "page", "block_table", "seq_of", "k_start", "k_end", "max_len"]
+        cfg = change.pop("config", None)
+        for k, v in change.items():
+            a[names.index(k)] = v
+        return logits(*a, config=cfg)
+
+    with pytest.raises(ValueError, match="logits reads"):
+        call(fmt="nvfp4_288")
+    with pytest.raises(ValueError, match=r"q must be \[T, heads, 128\]"):
+        call(q=p["q"][:, :, :64])
+    with pytest.raises(ValueError, match="bf16 or fp8"):
+        call(q=p["q"].float())
+    with pytest.raises(ValueError, match="index heads"):
+        call(q=p["q"][:, :48].contiguous(), w=p["w"][:, :48].contiguous())
+    with pytest.raises(ValueError, match="w must be"):
+        call(w=p["w"].double())
+    with pytest.raises(ValueError, match="cache must be"):
+        call(page=32)
+    with pytest.raises(ValueError, match="block_table must be"):
+        call(block_table=p["block_table"].long())
+    with pytest.raises(ValueError, match="seq_of must be"):
+        call(seq_of=p["seq_of"][:2])
+    with pytest.raises(ValueError, match="k_end must be"):
+        call(k_end=p["k_end"].long())
+    with pytest.raises(ValueError, match="max_len"):
+        call(max_len=-1)
+    with pytest.raises(ValueError, match="page_size"):
+        call(page=0)
+    with pytest.raises(ValueError, match="infeasible"):
+        call(config=default_config(fmt, "fp8").replace(BLOCK_N=48))
+    with pytest.raises(ValueError, match="infeasible"):  # an fp8 dot needs an fp8 query
+        call(q=p["q"].to(torch.bfloat16), config=default_config(fmt, "bf16").replace(dot="fp8"))
+    with pytest.raises(ValueError, match="out must be"):
+        logits(*args, out=torch.empty(1, 64, device=device))
+
+
+def test_space_is_data_and_family_protocol() -> None:
+    for fmt in LOGITS_FORMATS:
+        for qdt in ("fp8", "bf16"):
+            key = logits_key(fmt, qdt)
+            sp = FAMILY.space(key)
+            doc = json.loads(json.dumps(sp.to_json()))
+            assert [d["name"] for d in doc] == ["dot", "backend", "BLOCK_N", "TILES", "QT", "HEADS", "PAGE_LOOKUP",
+                                                "num_warps", "num_stages"]
+            dflt = FAMILY.default_config(key)
+            assert sp.infeasible(dflt) is None
+            assert FAMILY.variant_of(dflt) in FAMILY.variants()
+            assert FAMILY.render(key, dflt).source.startswith("# Generated by kvtune from templates/logits.py.j2")
+    assert space("mxfp4_68", "bf16").params[0].choices == ("f16", "bf16", "scaled")
+    assert space("fp8_132", "fp8").params[1].choices == ("soft",)
+    key = logits_key("mxfp4_68", "fp8")
+    assert key.to_json()["formats"] == ["mxfp4_68", "fp8"] and key.heads == 64 and key.head_dim == 128
+    buckets = FAMILY.buckets(key)
+    assert [b.name() for b in buckets] == [b.name() for b in LOGITS_BUCKETS]
+    # The issue's count: B=64 x 64K at 64 heads x 128 dims is 68.7 GFLOP over 285 MB of mxfp4 cache.
+    from tuner.kernels.logits import logits_flops
+    b64 = buckets[3]
+    assert abs(logits_flops(key, b64) / 1e9 - 68.7) < 0.1
+    assert 285e6 < FAMILY.bytes_moved(key, b64) < 305e6  # + the 16.8 MB of output
+
+
+def test_family_inputs_run_and_verify(device: str) -> None:
+    """make_inputs -> run -> verify at a shrunken bucket (the real ones are GPU-sized)."""
+    from tuner.core import Bucket
+
+    for fmt, qdt in (("mxfp4_68", "fp8"), ("fp8_132", "bf16")):
+        key = logits_key(fmt, qdt)
+        for bucket in (Bucket("B", 1, 2, 300), Bucket("T", 1, 5, 200)):
+            inputs = FAMILY.make_inputs(key, bucket, device, seed=1)
+            inputs["out"].fill_(float("nan"))
+            out = FAMILY.run(key, FAMILY.default_config(key), inputs)
+            assert out is inputs["out"]
+            assert FAMILY.verify(key, inputs, out) is None
+            out[0, 0] = 1e9  # a wrong value must be caught
+            assert FAMILY.verify(key, inputs, out) is not None
+
+
+@pytest.mark.parametrize("fmt", LOGITS_FORMATS)
+def test_rendered_sources_match_golden(fmt: str) -> None:
+    seen = set()
+    for variant in VARIANTS:
+        dot, backend = parse_variant(variant)
+        src = render_variant(fmt, dot, backend).source
+        if src in seen:  # fp8_132 decodes no e2m1: one source per dot path
+            continue
+        seen.add(src)
+        check_golden(f"logits/{fmt}.{variant}.py", src)
+
+
+# What cross-compiles where (the legality table of tuner.kernels.logits).
+XCOMPILE_EXPECT = {
+    "fp8": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "f16.soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "f16.ptx": {"sm_100"},
+    "f16.gfx950": {"gfx950"},
+    "bf16.soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "bf16.ptx": {"sm_100"},
+    "bf16.gfx950": {"gfx950"},
+    "scaled": {"sm_90", "sm_100", "gfx942", "gfx950"},
+}
+
+
+def test_legality_table() -> None:
+    for variant, legal in XCOMPILE_EXPECT.items():
+        for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
+            assert (legality(variant, t) is None) == (t in legal), (variant, t)
+    assert legality("fp8", "interp") is None and legality("f16.soft", "interp") is None
+    assert legality("scaled", "interp") and legality("bf16.soft", "interp")
+
+
+def test_xcompile_table_matches_the_issue() -> None:
+    """Every variant cross-compiles exactly where the legality table says, on all four targets; the
+    process aborts of the illegal inline-asm ones are rows of the table, not crashes of the tool."""
+    out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "logits", "--json"],
+                         capture_output=True, text=True, timeout=900, check=True)
+    rows = json.loads(out.stdout)
+    seen = set()
+    for r in rows:
+        assert r["kernel"] == "logits"
+        seen.add((r["variant"], r["target"]))
+        want = "compiled" if r["target"] in XCOMPILE_EXPECT[r["variant"]] else "illegal"
+        assert r["status"] == want, r
+        assert r["expected"] == ("legal" if want == "compiled" else "illegal")
+        if r["status"] == "compiled":
+            assert r["registers"] and r["registers"] > 0 and r["spills"] is not None
+        else:
+            assert r["error"]
+    assert seen == {(v, t) for v in XCOMPILE_EXPECT for t in ("sm_90", "sm_100", "gfx942", "gfx950")}

@@ -1,0 +1,476 @@
+"""The MQA indexer logits family: `sum_h w[t,h] * relu(q[t,h] . K_j)` over a paged mxfp4_68 or
+fp8_132 K cache (FORMATS.md "logits").
+
+A program takes QT query tokens (of one sequence) against TILES tiles of BLOCK_N consecutive keys:
+it loads the query once, gathers each tile's records through the block table, turns them into dot
+operands (the `dot` variant axis: e4m3 codes for an fp8 tensor-core dot with per-32-dim scales applied
+to the partial products, bf16 values for a bf16 dot, or the raw nibbles and scales for
+`tl.dot_scaled`), applies relu, weights by w and reduces over heads. Every output element is written.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import triton
+
+from tuner import render as R
+from tuner.core import Bucket, Config, ProblemKey
+from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes
+from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
+from tuner.reference import compare, logits_reference
+from tuner.targets import detect
+
+TEMPLATE = "logits.py.j2"
+LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
+Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+DOTS: tuple[str, ...] = ("fp8", "f16", "bf16", "scaled")
+DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
+HEAD_DIM = 128
+SEED_HEADS = 64
+SEED_TOPK = 512
+SEED_PAGE = 64
+TOL = 1e-2  # FORMATS.md: bf16 (and fp8) operands
+
+_DOT_ILLEGAL: dict[tuple[str, str], str] = {
+    ("scaled", "interp"): "Triton's interpreter has no dot_scaled",
+    ("bf16", "interp"): "Triton's interpreter stores bf16 as uint16 and its tl.dot multiplies those bit patterns",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants and legality
+# ---------------------------------------------------------------------------------------------
+
+
+def variant_name(dot: str, backend: str = "soft") -> str:
+    """A variant is its dot path; the paths that decode e2m1 to floats also name the backend."""
+    if dot not in DOTS:
+        raise ValueError(f"unknown dot path {dot!r}; known: {list(DOTS)}")
+    return f"{dot}.{backend}" if dot in DECODING_DOTS else dot
+
+
+def parse_variant(variant: str) -> tuple[str, str]:
+    dot, _, backend = variant.partition(".")
+    if dot not in DOTS or (dot in DECODING_DOTS) != bool(backend) or (backend and backend not in E2M1_BACKENDS):
+        raise ValueError(f"unknown logits variant {variant!r}")
+    return dot, backend or "soft"
+
+
+VARIANTS: tuple[str, ...] = ("fp8",) + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+
+
+def legality(variant: str, target: str) -> str | None:
+    dot, backend = parse_variant(variant)
+    return _DOT_ILLEGAL.get((dot, target)) or e2m1_backend_legality(backend, target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Search space
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_fmt(fmt: str | RecordFormat) -> RecordFormat:
+    f = get_format(fmt)
+    if f.name not in LOGITS_FORMATS:
+        raise ValueError(f"logits reads {list(LOGITS_FORMATS)} caches, not {f.name}")
+    return f
+
+
+def _check_q_dtype(q_dtype: str) -> str:
+    if q_dtype not in Q_DTYPES:
+        raise ValueError(f"query dtype must be one of {list(Q_DTYPES)}, got {q_dtype!r}")
+    return q_dtype
+
+
+def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS) -> Space:
+    """The logits search space for one cache format, query dtype and head count.
+
+    `dot`: fp8 needs an fp8 query (a bf16 query would be rounded to e4m3, beyond the tolerance);
+    `backend` (the e2m1 decode) only matters to the f16 and bf16 paths of an e2m1 cache. A bf16
+    query defaults to the f16 path: as fast as bf16 on tensor cores, exact for the query's normal
+    range, and (unlike bf16) right under Triton's interpreter.
+    """
+    f = _check_fmt(fmt)
+    _check_q_dtype(q_dtype)
+    _check_heads(heads)
+    dots = DOTS if q_dtype == "fp8" else ("f16", "bf16", "scaled")
+    backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
+
+    def _backend_needs_bf16(c: Config) -> str | None:
+        if c["backend"] != "soft" and c["dot"] not in DECODING_DOTS:
+            return f"the {c['backend']} e2m1 decode is only used by the {'/'.join(DECODING_DOTS)} dot paths"
+        return None
+
+    def _fits(c: Config) -> str | None:
+        # The [QT * HEADS, BLOCK_N] fp32 scores live in registers: at most ~128 per thread.
+        acc = c["QT"] * c["HEADS"] * c["BLOCK_N"]
+        if acc > 128 * 32 * c["num_warps"]:
+            return f"{acc} fp32 scores per program need more than 128 registers a thread at {c['num_warps']} warps"
+        if c["QT"] * c["HEADS"] > 256:
+            return "more than 256 dot rows per program"
+        return None
+
+    return Space(
+        params=(
+            Param("dot", dots, "fp8" if q_dtype == "fp8" else "f16", render=True),
+            Param("backend", backends, "soft", render=True),
+            Param("BLOCK_N", (16, 32, 64, 128, 256), 64),
+            Param("TILES", (1, 2, 4, 8, 16), 4),
+            Param("QT", (1, 2, 4), 1),
+            Param("HEADS", tuple(h for h in (16, 32, 64, 128) if h <= heads), heads),
+            Param("PAGE_LOOKUP", ("tile", "key"), "tile"),
+            Param("num_warps", (2, 4, 8), 4),
+            Param("num_stages", (1, 2, 3), 2),
+        ),
+        constraints=(_backend_needs_bf16, _fits),
+    )
+
+
+def _check_heads(heads: int) -> None:
+    if heads not in (16, 32, 64, 128):
+        raise ValueError(f"index heads must be 16, 32, 64 or 128 (a power of two the dot can tile), got {heads}")
+
+
+def default_config(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS) -> Config:
+    return space(fmt, q_dtype, heads).default()
+
+
+def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> R.Rendered:
+    f = _check_fmt(fmt)
+    variant_name(dot, backend)
+    if backend not in E2M1_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}")
+    if f.elem != "e2m1" or dot not in DECODING_DOTS:
+        backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
+    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend})
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------
+
+
+def q_dtype_name(dtype: torch.dtype) -> str:
+    for name, dt in Q_DTYPES.items():
+        if dt == dtype:
+            return name
+    raise ValueError(f"q must be bf16 or fp8 e4m3 (torch.float8_e4m3fn), got {dtype}")
+
+
+def _check_index(name: str, t: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
+    if t.dtype != torch.int32 or tuple(t.shape) != shape or not t.is_contiguous() or t.device != device:
+        raise ValueError(f"{name} must be a contiguous int32{list(shape)} on {device}, got {t.dtype}{list(t.shape)} on {t.device}")
+
+
+def logits(
+    q: torch.Tensor,
+    w: torch.Tensor,
+    cache: torch.Tensor,
+    fmt: str | RecordFormat,
+    page_size: int,
+    block_table: torch.Tensor,
+    seq_of: torch.Tensor,
+    k_start: torch.Tensor,
+    k_end: torch.Tensor,
+    max_len: int,
+    config: Config | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """MQA indexer logits: fp32[T, max_len], `sum_h w[t,h] * relu(q[t,h] . K_j)` for
+    `k_start[t] <= j < k_end[t]` (K_j: position j of sequence `seq_of[t]`), -inf elsewhere.
+
+    `out` (optional, fp32[T, max_len] contiguous) is written in place, so a caller can capture the
+    launch in a CUDA graph. Index tensors are read on the device: no host synchronisation.
+    """
+    f = _check_fmt(fmt)
+    if q.dim() != 3 or q.shape[2] != f.dims:
+        raise ValueError(f"q must be [T, heads, {f.dims}], got {list(q.shape)}")
+    qdt = q_dtype_name(q.dtype)
+    t, hi = q.shape[0], q.shape[1]
+    _check_heads(hi)
+    if not q.is_contiguous():
+        raise ValueError("q must be contiguous")
+    dev = q.device
+    if w.dtype != torch.float32 or tuple(w.shape) != (t, hi) or not w.is_contiguous() or w.device != dev:
+        raise ValueError(f"w must be a contiguous fp32[{t}, {hi}] on {dev}, got {w.dtype}{list(w.shape)}")
+    if not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    pb = page_bytes(f, page_size)
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous() or cache.device != dev:
+        raise ValueError(f"cache must be a contiguous uint8[num_pages, {pb}] on {dev} for {f.name} with page size {page_size}")
+    if block_table.dim() != 2:
+        raise ValueError(f"block_table must be int32[B, max_pages], got {list(block_table.shape)}")
+    _check_index("block_table", block_table, tuple(block_table.shape), dev)
+    for name, x in (("seq_of", seq_of), ("k_start", k_start), ("k_end", k_end)):
+        _check_index(name, x, (t,), dev)
+    if not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"max_len must be a non-negative int, got {max_len!r}")
+    if out is None:
+        out = torch.empty(t, max_len, dtype=torch.float32, device=dev)
+    elif out.dtype != torch.float32 or tuple(out.shape) != (t, max_len) or not out.is_contiguous() or out.device != dev:
+        raise ValueError(f"out must be a contiguous fp32[{t}, {max_len}] on {dev}")
+    cfg = config or default_config(f, qdt, hi)
+    why = space(f, qdt, hi).infeasible(cfg)
+    if why:
+        raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
+    illegal = legality(variant_of(cfg), detect().name)
+    if illegal:
+        raise ValueError(f"variant {variant_of(cfg)} cannot run here: {illegal}")
+    if t == 0 or max_len == 0:
+        return out
+    if block_table.shape[0] == 0 or block_table.shape[1] == 0:
+        raise ValueError("block_table must have at least one sequence and one page column")
+    mod = R.load(render_variant(f, cfg["dot"], cfg["backend"]))
+    bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
+    grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
+    mod.logits_kernel[grid](
+        q, w, cache, block_table, seq_of, k_start, k_end, out,
+        t, max_len, block_table.shape[1], pb,
+        HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
+        TILE_LOOKUP=cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0, Q_FP8=qdt == "fp8",
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return out
+
+
+def variant_of(config: Config) -> str:
+    return variant_name(config["dot"], config["backend"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Problem sizes: keys, buckets, inputs, cost model
+# ---------------------------------------------------------------------------------------------
+
+DECODE_CTX = 65536
+PREFILL_CTX = 16384
+# Decode: B sequences with one query token each; prefill: T query tokens of one sequence, causal.
+LOGITS_BUCKETS: tuple[Bucket, ...] = (
+    Bucket("B", 1, 1, DECODE_CTX),
+    Bucket("B", 2, 8, DECODE_CTX),
+    Bucket("B", 9, 32, DECODE_CTX),
+    Bucket("B", 33, 64, DECODE_CTX),
+    Bucket("T", 1, 4096, PREFILL_CTX),
+)
+
+
+def logits_key(fmt: str, q_dtype: str = "fp8", arch: str = "sm_90", heads: int = SEED_HEADS, topk: int = SEED_TOPK) -> ProblemKey:
+    _check_fmt(fmt)
+    _check_q_dtype(q_dtype)
+    return ProblemKey(kernel="logits", arch=arch, heads=heads, topk=topk, window=0, formats=(fmt, q_dtype), head_dim=HEAD_DIM)
+
+
+def _key_parts(key: ProblemKey) -> tuple[RecordFormat, str]:
+    if key.kernel != "logits" or len(key.formats) != 2:
+        raise ValueError(f"a logits key has formats (cache_fmt, q_dtype), got {key.formats}")
+    return _check_fmt(key.formats[0]), _check_q_dtype(key.formats[1])
+
+
+def random_cache(fmt: str | RecordFormat, num_pages: int, page_size: int, device: str | torch.device, g: torch.Generator) -> torch.Tensor:
+    """A cache of valid random records, built in place (quantizing millions of rows would need
+    gigabytes of temporaries): uniform element bytes, scales over a few binades, no NaN."""
+    f = _check_fmt(fmt)
+    cache = alloc_cache(f, num_pages, page_size, device=device, fill=0)
+    data = cache[:, : page_size * f.data_bytes]
+    data.copy_(torch.randint(0, 256, data.shape, generator=g, dtype=torch.uint8, device="cpu").to(device))
+    sc = cache[:, page_size * f.data_bytes : page_size * f.bytes_per_token]
+    if f.elem == "e2m1":
+        sc.copy_(torch.randint(124, 131, sc.shape, generator=g, dtype=torch.uint8).to(device))
+    else:
+        data[(data == 0x7F) | (data == 0xFF)] = 0  # e4m3 NaN codes
+        e = torch.randint(120, 131, (num_pages, page_size), generator=g, dtype=torch.int32)
+        sc.copy_((e << 23).view(torch.uint8).reshape(sc.shape).to(device))
+    return cache
+
+
+def make_query(t: int, heads: int, q_dtype: str, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    q = torch.randn(t, heads, HEAD_DIM, generator=g)
+    w = torch.randn(t, heads, generator=g) / math.sqrt(heads)
+    if q_dtype == "fp8":
+        return q.to(torch.float8_e4m3fn), w
+    return q.to(torch.bfloat16), w
+
+
+def paged_sequences(lengths: Sequence[int], page_size: int, g: torch.Generator, spare_pages: int = 0) -> tuple[torch.Tensor, int]:
+    """A block table (int32[B, max_pages], -1 past each sequence's end) over one shuffled pool of
+    pages, and the pool's page count."""
+    need = [-(-n // page_size) for n in lengths]
+    max_pages = max(1, max(need, default=1))
+    num_pages = sum(need) + spare_pages
+    perm = torch.randperm(max(num_pages, 1), generator=g)
+    bt = torch.full((len(lengths), max_pages), -1, dtype=torch.int32)
+    at = 0
+    for b, n in enumerate(need):
+        bt[b, :n] = perm[at : at + n].int()
+        at += n
+    return bt, max(num_pages, 1)
+
+
+def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_size: int = SEED_PAGE) -> dict[str, Any]:
+    f, qdt = _key_parts(key)
+    g = torch.Generator().manual_seed(seed)
+    ctx = bucket.ctx or DECODE_CTX
+    if bucket.dim == "B":  # decode: one query token per sequence, at the end of its context
+        b = bucket.rep
+        lengths = [ctx] * b
+        t = b
+        seq_of = torch.arange(b, dtype=torch.int32)
+        k_start = torch.zeros(b, dtype=torch.int32)
+        k_end = torch.full((b,), ctx, dtype=torch.int32)
+    elif bucket.dim == "T":  # prefill: the last T positions of one sequence, causal
+        t = bucket.rep
+        lengths = [ctx]
+        seq_of = torch.zeros(t, dtype=torch.int32)
+        k_start = torch.zeros(t, dtype=torch.int32)
+        k_end = (ctx - t + 1 + torch.arange(t)).clamp(min=1).int()
+    else:
+        raise ValueError(f"logits buckets are over B (decode sequences) or T (prefill tokens), not {bucket.dim!r}")
+    bt, num_pages = paged_sequences(lengths, page_size, g)
+    q, w = make_query(t, key.heads, qdt, g)
+    return {
+        "q": q.to(device), "w": w.to(device),
+        "cache": random_cache(f, num_pages, page_size, device, g),
+        "page_size": page_size, "block_table": bt.to(device),
+        "seq_of": seq_of.to(device), "k_start": k_start.to(device), "k_end": k_end.to(device),
+        "max_len": ctx,
+        "out": torch.empty(t, ctx, dtype=torch.float32, device=device),
+    }
+
+
+def run_inputs(key: ProblemKey, config: Config, inputs: dict[str, Any]) -> torch.Tensor:
+    return logits(inputs["q"], inputs["w"], inputs["cache"], key.formats[0], inputs["page_size"], inputs["block_table"],
+                  inputs["seq_of"], inputs["k_start"], inputs["k_end"], inputs["max_len"], config, out=inputs["out"])
+
+
+def verify_inputs(key: ProblemKey, inputs: dict[str, Any], outputs: torch.Tensor, max_rows: int = 8, seed: int = 0) -> str | None:
+    """Against the float64 reference on up to `max_rows` rows (a seeded sample, first and last
+    always in): the reference gathers and dequantizes every key of a row, so full checks of big
+    shapes would take minutes."""
+    t = outputs.shape[0]
+    if t <= max_rows:
+        rows = torch.arange(t)
+    else:
+        g = torch.Generator().manual_seed(seed)
+        mid = torch.randperm(t - 2, generator=g)[: max_rows - 2] + 1
+        rows = torch.cat([torch.tensor([0, t - 1]), mid]).sort().values
+    dev = inputs["q"].device
+    r = rows.to(dev)
+    ref = logits_reference(inputs["q"][r], inputs["w"][r], inputs["cache"], key.formats[0], inputs["page_size"],
+                           inputs["block_table"], inputs["seq_of"][r], inputs["k_start"][r], inputs["k_end"][r],
+                           inputs["max_len"], chunk=2)
+    err = compare(outputs[r], ref, TOL)
+    return None if err is None else f"rows {rows.tolist()[:8]}: {err}"
+
+
+def live_pairs(bucket: Bucket) -> int:
+    """(query token, key) pairs a bucket's inputs score."""
+    ctx = bucket.ctx or DECODE_CTX
+    if bucket.dim == "B":
+        return bucket.rep * ctx
+    t = bucket.rep
+    return sum(ctx - t + 1 + i for i in range(t))
+
+
+def logits_flops(key: ProblemKey, bucket: Bucket) -> int:
+    return 2 * key.heads * key.head_dim * live_pairs(bucket)
+
+
+def logits_bytes(key: ProblemKey, bucket: Bucket) -> int:
+    """The floor's bytes: every live key's record read once (prefill: the one sequence, shared by
+    all its tokens), the query and weights read, the whole output written."""
+    f, qdt = _key_parts(key)
+    ctx = bucket.ctx or DECODE_CTX
+    t = bucket.rep
+    keys = t * ctx if bucket.dim == "B" else ctx
+    qbytes = 1 if qdt == "fp8" else 2
+    return keys * f.bytes_per_token + t * key.heads * (key.head_dim * qbytes + 4) + t * ctx * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# The family
+# ---------------------------------------------------------------------------------------------
+
+
+def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, detail: str) -> XCompileCase:
+    return XCompileCase(
+        variant=variant_name(dot, backend),
+        rendered=render_variant(fmt, dot, backend),
+        kernel_name="logits_kernel",
+        signature={
+            "q_ptr": "*fp8e4nv" if q_dtype == "fp8" else "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8",
+            "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
+            "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
+            "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
+            "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr",
+        },
+        constexprs={
+            "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
+            "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
+            "Q_FP8": q_dtype == "fp8",
+        },
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+        detail=detail,
+    )
+
+
+class _LogitsFamily:
+    name = "logits"
+    template = TEMPLATE
+
+    def variants(self) -> Sequence[str]:
+        return VARIANTS
+
+    def legality(self, variant: str, target: str) -> str | None:
+        return legality(variant, target)
+
+    def xcompile_cases(self) -> Sequence[XCompileCase]:
+        """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
+        fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot)."""
+        cases = []
+        for fmt in LOGITS_FORMATS:
+            for variant in VARIANTS:
+                dot, backend = parse_variant(variant)
+                if backend != "soft" and get_format(fmt).elem != "e2m1":
+                    continue
+                qdt = "bf16" if dot in DECODING_DOTS else "fp8"
+                cfg = default_config(fmt, qdt).replace(dot=dot, backend=backend)
+                cases.append(_xcompile_case(fmt, dot, backend, qdt, cfg, f"{fmt} q={qdt}"))
+        prefill = default_config("mxfp4_68", "fp8").replace(QT=2, HEADS=32, BLOCK_N=128, PAGE_LOOKUP="key")
+        cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", prefill, "mxfp4_68 q=fp8 QT=2 HEADS=32"))
+        return cases
+
+    def space(self, key: ProblemKey) -> Space:
+        f, qdt = _key_parts(key)
+        return space(f, qdt, key.heads)
+
+    def default_config(self, key: ProblemKey) -> Config:
+        f, qdt = _key_parts(key)
+        return default_config(f, qdt, key.heads)
+
+    def variant_of(self, config: Config) -> str:
+        return variant_of(config)
+
+    def buckets(self, key: ProblemKey) -> list[Bucket]:
+        return list(LOGITS_BUCKETS)
+
+    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
+        f, _ = _key_parts(key)
+        return render_variant(f, config["dot"], config["backend"])
+
+    def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        return make_inputs(key, bucket, device, seed)
+
+    def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
+        return run_inputs(key, config, inputs)
+
+    def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        return verify_inputs(key, inputs, outputs)
+
+    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
+        return logits_bytes(key, bucket)
+
+
+FAMILY: KernelFamily = _LogitsFamily()
