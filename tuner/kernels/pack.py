@@ -168,6 +168,11 @@ class _PackFamily:
     def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
         return pack_bytes(key.formats[0], bucket.rep)
 
+    def pool_args(self) -> tuple[frozenset[str], ...]:
+        """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
+        either side of 2 GiB, which AMD's buffer ops specialise on."""
+        return (frozenset({"cache_ptr", "cache16_ptr"}),)
+
     def legality(self, variant: str, target: str) -> str | None:
         return e2m1_backend_legality(variant, target)
 

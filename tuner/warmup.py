@@ -1,0 +1,412 @@
+"""Warmup keys: every compiled binary an engine will need, so it compiles them all at startup and
+nothing while it serves.
+
+Triton compiles a new binary whenever a launch hits a new specialisation: a new constexpr, an integer
+argument equal to 1 (it becomes a constant) or divisible by 16, a pointer's 16-byte alignment, and on
+AMD with buffer ops a `pointer_range=32` flag ('S') for tensors whose whole *storage* is at most
+2**31-1 bytes. An engine that warms up with small stand-in tensors compiles the 'S' variant; its real
+KV pool is over 2 GiB, so the first real step would compile again, mid-serving.
+
+How the keys are found, without hard-coding Triton's rules:
+1. `record_launches` runs a family's real launcher on real (small, CPU) inputs with Triton's launch
+   replaced by a recorder, for every size a bucket can take (all residues mod 16, and 1).
+2. Each recorded argument is classified by Triton's own `native_specialize_impl` with the target's
+   backend class (`CUDABackend` or `HIPBackend`), so the classes are the installed Triton's.
+3. Pointer parameters that can point into a KV pool (the family's `pool_args`) get both sides of
+   2 GiB: the recorded small class and the class of a stand-in whose storage is over 2 GiB.
+
+`warm(keys)` then compiles each key through `JITFunction.warmup` with stand-in arguments -- meta
+tensors that report the right dtype, alignment and storage size, so no memory is touched -- and
+`no_compiles()` (Triton's `jit_cache_hook`) proves that serving compiles nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+import triton
+
+from tuner import render as R
+from tuner.core import Bucket, Config, ProblemKey
+
+LARGE_STORAGE = 3 << 30  # a stand-in KV pool: past 2**31-1 bytes, where AMD drops the 'S' flag
+SMALL_STORAGE = 1 << 12
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argument as Triton specialises it: `type` is Triton's ('*u8', 'i32', 'constexpr'...),
+    `spec` its attribute string ('D' divisible/aligned by 16, 'S' pointer range 32, '' none), or
+    for a constexpr its value."""
+
+    name: str
+    type: str
+    spec: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "spec": self.spec}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ArgSpec:
+        return cls(str(d["name"]), str(d["type"]), d["spec"])
+
+
+@dataclass(frozen=True)
+class WarmupKey:
+    """One binary: a kernel function of a generated module, with its launch options and the
+    specialisation of every argument. `triton` is the version the key was made for."""
+
+    kernel: str  # family
+    source_hash: str
+    fn: str
+    args: tuple[ArgSpec, ...]
+    num_warps: int
+    num_stages: int
+    target: str
+    triton: str = field(default_factory=lambda: triton.__version__)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "source_hash": self.source_hash, "fn": self.fn,
+            "args": [a.to_json() for a in self.args], "num_warps": self.num_warps,
+            "num_stages": self.num_stages, "target": self.target, "triton": self.triton,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> WarmupKey:
+        return cls(
+            kernel=str(d["kernel"]), source_hash=str(d["source_hash"]), fn=str(d["fn"]),
+            args=tuple(ArgSpec.from_json(a) for a in d["args"]), num_warps=int(d["num_warps"]),
+            num_stages=int(d["num_stages"]), target=str(d["target"]), triton=str(d["triton"]),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording launches
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    fn: Any  # JITFunction or InterpretedFunction
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.fn.arg_names)
+
+    def bound(self) -> dict[str, Any]:
+        """Every parameter by name (positional and keyword), launch options excluded."""
+        names = self.arg_names
+        out = dict(zip(names, self.args))
+        out.update({k: v for k, v in self.kwargs.items() if k in names})
+        return out
+
+    @property
+    def options(self) -> dict[str, Any]:
+        names = set(self.arg_names)
+        return {k: v for k, v in self.kwargs.items() if k not in names}
+
+
+def _jit_classes() -> list[type]:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return [JITFunction, InterpretedFunction]
+
+
+@contextlib.contextmanager
+def record_launches() -> Iterator[list[Launch]]:
+    """Within the block, Triton kernel launches are recorded instead of run (no device needed)."""
+    launches: list[Launch] = []
+    saved = []
+    for cls in _jit_classes():
+        saved.append((cls, cls.__dict__["run"]))
+
+        def run(self, *args, grid, warmup, **kwargs):  # noqa: ANN001 - Triton's signature
+            launches.append(Launch(self, args, kwargs))
+            return None
+
+        cls.run = run
+    try:
+        yield launches
+    finally:
+        for cls, orig in saved:
+            cls.run = orig
+
+
+def _do_not_specialize(fn: Any) -> set[str]:
+    raw = getattr(fn, "do_not_specialize", None)
+    if raw is None:
+        raw = getattr(fn, "kwargs", {}).get("do_not_specialize")
+    names = list(fn.arg_names)
+    return {names[x] if isinstance(x, int) else str(x) for x in (raw or ())}
+
+
+def backend_class(target: str) -> type:
+    """The installed Triton backend whose specialisation rules apply to `target`."""
+    from tuner.targets import get_target
+
+    t = get_target(target)
+    if t.backend == "hip":
+        from triton.backends.amd.compiler import HIPBackend
+
+        return HIPBackend
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    return CUDABackend  # the interpreter compiles nothing; NVIDIA's rules stand in for it
+
+
+def classify(value: Any, backend: type, specialize: bool = True) -> tuple[str, Any]:
+    """Triton's own (type, spec) for one argument value on `backend`."""
+    from triton._C.libtriton import native_specialize_impl
+
+    ty, spec = native_specialize_impl(backend, value, False, specialize, True)
+    return ty, spec
+
+
+def stand_in(ty: str, spec: str, large: bool = False) -> torch.Tensor:
+    """A meta tensor that Triton specialises as (ty, spec): dtype from the type, alignment from 'D',
+    storage size from 'S' (or `large`). Meta tensors allocate nothing."""
+    dtype = _TORCH_DTYPES[ty.lstrip("*k")]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    size = LARGE_STORAGE if (large or "S" not in spec) else SMALL_STORAGE
+    base = torch.empty(size // itemsize + 16, dtype=dtype, device="meta")
+    return base if "D" in spec else base[1:]
+
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "u8": torch.uint8, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
+    "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
+    "fp8e4nv": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2, "u16": torch.uint16, "u32": torch.uint32,
+    "u64": torch.uint64, "i1": torch.bool,
+}
+
+
+def launch_specs(launch: Launch, backend: type, pools: Sequence[frozenset[str]]) -> list[tuple[ArgSpec, ...]]:
+    """The specialisations one recorded launch stands for: as recorded, and for each pool (a group
+    of pointer parameters that view one KV-pool storage) also as if that storage were over 2 GiB,
+    where the backend tells the two apart. Pointers of one pool change class together."""
+    nospec = _do_not_specialize(launch.fn)
+    consts = _constexpr_names(launch)
+    base: list[ArgSpec] = []
+    for name, value in launch.bound().items():
+        if isinstance(value, torch.Tensor):
+            ty, spec = classify(value, backend)
+            base.append(ArgSpec(name, ty, spec))
+        elif isinstance(value, int) and not isinstance(value, bool) and name not in consts:
+            ty, spec = classify(value, backend, specialize=name not in nospec)
+            base.append(ArgSpec(name, ty, spec))
+        elif isinstance(value, float) and name not in consts:
+            base.append(ArgSpec(name, "fp32", ""))  # Triton does not specialise floats
+        else:
+            base.append(ArgSpec(name, "constexpr", _plain(value)))
+    variants = [tuple(base)]
+    for pool in pools:
+        present = [i for i, a in enumerate(base) if a.name in pool and a.type.startswith("*")]
+        if not present:
+            continue
+        grown = []
+        for v in variants:
+            big = list(v)
+            for i in present:
+                a = v[i]
+                big[i] = ArgSpec(a.name, a.type, classify(stand_in(a.type, "D" if "D" in a.spec else "", large=True), backend)[1])
+            grown.append(tuple(big))
+        variants = list(dict.fromkeys(variants + grown))
+    return variants
+
+
+def _constexpr_names(launch: Launch) -> set[str]:
+    fn = launch.fn
+    params = getattr(fn, "params", None)
+    if params is not None:
+        return {p.name for p in params if p.is_constexpr}
+    import inspect
+
+    sig = inspect.signature(fn.fn)
+    return {n for n, p in sig.parameters.items() if "constexpr" in str(p.annotation)}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return str(v)
+
+
+def sizes_to_probe(bucket: Bucket) -> list[int]:
+    """Sizes whose launches cover every specialisation class a bucket can reach: an integer that
+    is affine in the size is classified by its residue mod 16 and by being 1, so the first and last
+    32 sizes of the range (all of it when it is short) reach every class."""
+    lo, hi = bucket.lo, bucket.hi
+    if hi - lo < 64:
+        return list(range(lo, hi + 1))
+    return sorted(set(range(lo, lo + 32)) | set(range(hi - 31, hi + 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Enumerating the keys of a bundle
+# ---------------------------------------------------------------------------------------------
+
+
+def keys_for(
+    family_name: str,
+    key: ProblemKey,
+    config: Config,
+    bucket: Bucket,
+    target: str,
+    make_inputs: Callable[[int], dict[str, Any]] | None = None,
+) -> list[WarmupKey]:
+    """Every warmup key one (kernel, config, bucket) hits on `target`.
+
+    `make_inputs(n)` builds CPU inputs for size n; by default the family's own `make_inputs` for a
+    one-size bucket. Inputs are small: pool pointers get their large class added by `launch_specs`.
+    """
+    from tuner.kernels import get_family
+
+    fam = get_family(family_name)
+    backend = backend_class(target)
+    pools = tuple(getattr(fam, "pool_args", lambda: ())())
+    rendered = fam.render(key, config)
+    out: dict[tuple, WarmupKey] = {}
+    for n in sizes_to_probe(bucket):
+        inputs = make_inputs(n) if make_inputs else fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), "cpu", seed=n)
+        with record_launches() as launches:
+            fam.run(key, config, inputs)
+        if not launches:
+            raise RuntimeError(f"{family_name}: running config {config.to_json()} launched no Triton kernel")
+        for la in launches:
+            opts = la.options
+            for specs in launch_specs(la, backend, pools):
+                wk = WarmupKey(
+                    kernel=family_name, source_hash=_source_hash_of(la.fn, rendered), fn=la.fn.fn.__name__ if hasattr(la.fn, "fn") else str(la.fn),
+                    args=specs, num_warps=int(opts.get("num_warps", 4)), num_stages=int(opts.get("num_stages", 3)),
+                    target=target,
+                )
+                out[(wk.fn, wk.source_hash, wk.args, wk.num_warps, wk.num_stages)] = wk
+    return list(out.values())
+
+
+def _source_hash_of(fn: Any, rendered: R.Rendered) -> str:
+    """The hash of the generated module a launched function lives in (the family's render, unless
+    the launcher called a kernel from another module)."""
+    mod_name = getattr(getattr(fn, "fn", None), "__module__", "")
+    if mod_name.endswith(rendered.source_hash):
+        return rendered.source_hash
+    # A kernel from a module loaded through tuner.render: its name ends with the content hash.
+    return mod_name.rsplit("_", 1)[-1] if mod_name.startswith("kvtune_") else rendered.source_hash
+
+
+# ---------------------------------------------------------------------------------------------
+# Warming and the no-compile guard
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarmReport:
+    keys: int
+    compiled: int
+    seconds: float
+    skipped: tuple[str, ...] = ()
+
+
+def _stand_in_value(a: ArgSpec) -> Any:
+    if a.type == "constexpr":
+        return a.spec
+    if a.type.startswith("*"):
+        return stand_in(a.type, a.spec)
+    if a.type in ("i32", "u32", "i64", "u64"):
+        base = 1 << 33 if a.type in ("i64", "u64") else 0  # a 64-bit int must not fit in 32 bits
+        return base + (16 if a.spec == "D" else 17)
+    if a.type.startswith("fp"):
+        return 1.5
+    raise ValueError(f"cannot stand in for argument {a.name} of type {a.type}")
+
+
+def warm(keys: Sequence[WarmupKey], sources: Mapping[str, str]) -> WarmReport:
+    """Compile every key through `JITFunction.warmup` on the current device. `sources` maps source
+    hashes to generated module text (the bundle's kernels, fetched by hash or rendered locally).
+    Keys made for another Triton version are compiled anyway but reported as skipped-stale."""
+    t0 = time.perf_counter()
+    compiled = 0
+    stale = []
+    with count_compiles() as seen:
+        for k in keys:
+            if k.triton != triton.__version__:
+                stale.append(f"{k.fn}@{k.source_hash}: made for triton {k.triton}")
+            src = sources.get(k.source_hash)
+            if src is None:
+                raise KeyError(f"no source for {k.source_hash} (kernel {k.kernel})")
+            mod = R.load(R.Rendered(f"{k.kernel}.py.j2", src))
+            fn = getattr(mod, k.fn)
+            args = [_stand_in_value(a) for a in k.args if a.type != "constexpr"]
+            consts = {a.name: a.spec for a in k.args if a.type == "constexpr"}
+            fn.warmup(*args, grid=(1,), num_warps=k.num_warps, num_stages=k.num_stages, **consts)
+        compiled = len(seen)
+    return WarmReport(keys=len(keys), compiled=compiled, seconds=time.perf_counter() - t0, skipped=tuple(stale))
+
+
+@contextlib.contextmanager
+def count_compiles() -> Iterator[list[str]]:
+    """Within the block, every Triton JIT compile is appended (as 'module.fn[key]') to the list."""
+    from triton import knobs
+
+    seen: list[str] = []
+    prev = knobs.runtime.jit_cache_hook
+
+    def hook(*args: Any, **kwargs: Any) -> bool:
+        # Triton calls it as hook(key=, repr=, fn=JitFunctionInfo, compile=, is_manual_warmup=, ...)
+        seen.append(str(kwargs.get("repr", kwargs.get("key", "?"))))
+        if prev is not None:
+            return bool(prev(*args, **kwargs))
+        return False  # False: go on and compile
+
+    knobs.runtime.jit_cache_hook = hook
+    try:
+        yield seen
+    finally:
+        knobs.runtime.jit_cache_hook = prev
+
+
+class CompiledWhileServing(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def no_compiles() -> Iterator[list[str]]:
+    """Raises `CompiledWhileServing` at exit if any Triton kernel compiled inside the block."""
+    with count_compiles() as seen:
+        yield seen
+    if seen:
+        raise CompiledWhileServing(f"{len(seen)} compile(s) while serving, first: {seen[0][:300]}")
+
+
+def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
+    """Cross-compile one key for `target` (default: the key's) with exactly its specialisation --
+    no device needed. Must run without TRITON_INTERPRET (the module's kernels must be JITFunctions)."""
+    from triton.compiler import ASTSource
+
+    from tuner.targets import get_target
+
+    tname = target or key.target
+    backend = backend_class(tname)
+    mod = R.load(R.Rendered(f"{key.kernel}.py.j2", source))
+    fn = getattr(mod, key.fn)
+    names = list(fn.arg_names)
+    signature = {a.name: a.type for a in key.args}
+    constexprs = {a.name: a.spec for a in key.args if a.type == "constexpr"}
+    attrs = {(names.index(a.name),): backend.parse_attr(a.spec) for a in key.args
+             if a.type != "constexpr" and isinstance(a.spec, str) and a.spec}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=get_target(tname).gpu_target(),
+                          options={"num_warps": key.num_warps, "num_stages": key.num_stages})
