@@ -1,0 +1,283 @@
+"""Decode-tile benchmark (issue 3): correctness of every legal variant at the seed shape
+(H=16, topk=512, window=128) for T = 1..64, then CUDA-graph timings per T of the default config,
+the best of a small sweep, the byte floor (bytes moved / measured copy bandwidth) and the fp8_584
+pair, with input sets rotated so the records are not L2-resident. One torch-eager
+dequantize-and-attend baseline at T=64 for context.
+
+    python benchmarks/bench_decode.py --out benchmarks/results     # on a GPU (about 4 minutes)
+    TRITON_INTERPRET=1 python benchmarks/bench_decode.py --smoke   # plumbing check on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
+from tuner.core import Config  # noqa: E402
+from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
+from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
+from tuner.kernels.decode import (  # noqa: E402
+    ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
+    verify_decode, workspace_numel,
+)
+from tuner.reference import gather_dequant  # noqa: E402
+from tuner.targets import detect  # noqa: E402
+
+MAIN = ("nvfp4_288", "fp8_528")
+BASE = ("fp8_584", "fp8_584")
+PAGE = 64
+
+# (BLOCK_N, MMA, num_warps, num_stages): structural variants; the split count is a runtime int,
+# so each of these compiles at most twice (split and unsplit) whatever the split sweep.
+STRUCTS = [(16, "heads_m", 8, 1), (16, "heads_m", 4, 1), (16, "heads_m", 8, 2), (32, "heads_m", 8, 1),
+           (32, "keys_m", 8, 2), (64, "keys_m", 8, 2), (16, "keys_m", 4, 2)]
+BASE_STRUCTS = STRUCTS[:1] + STRUCTS[3:5]  # fewer compiles for the comparison pair
+
+
+class Shape:
+    def __init__(self, smoke: bool) -> None:
+        self.heads, self.topk, self.window = (16, 40, 20) if smoke else (16, 512, 128)
+        self.ts = [1, 2] if smoke else [1, 2, 4, 8, 16, 32, 64]
+        self.comp_pool = 1 << (10 if smoke else 19)  # 151 MB of nvfp4_288 records, 306 MB of fp8_584
+        self.win_pool = 1 << (9 if smoke else 17)
+
+
+def _pool(fmt: str, n_slots: int, device: str, seed: int) -> torch.Tensor:
+    """A cache of n_slots records of random latents (per-token magnitudes over a few decades),
+    quantized on the device in chunks."""
+    f = get_format(fmt)
+    cache = alloc_cache(f, -(-n_slots // PAGE), PAGE, device=device, fill=0)
+    g = torch.Generator(device=device).manual_seed(seed)
+    step = 1 << 16
+    for s0 in range(0, n_slots, step):
+        n = min(step, n_slots - s0)
+        x = torch.randn(n, 512, device=device, generator=g) * torch.exp(torch.randn(n, 1, device=device, generator=g))
+        write_slots(cache, quantize(x.to(torch.bfloat16), f), torch.arange(s0, s0 + n, device=device), f, PAGE)
+    return cache
+
+
+def _sets(pools: dict[str, Any], pair: tuple[str, str], shape: Shape, n_tok: int, n_sets: int, device: str, seed: int) -> list[dict[str, Any]]:
+    """n_sets launches' inputs over the same pools (random slots, ~1/32 of them -1), sharing one
+    preallocated output and workspace (launches run one after another on one stream)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    h = shape.heads
+    out = (torch.empty(n_tok, h, 512, dtype=torch.bfloat16, device=device), torch.empty(n_tok, h, dtype=torch.float32, device=device))
+    ws = torch.empty(workspace_numel(n_tok, h, MAX_SPLITS), dtype=torch.float32, device=device)
+    sets = []
+    for _ in range(n_sets):
+        def idx(n: int, pool: int) -> torch.Tensor:
+            i = torch.randint(0, pool, (n_tok, n), device=device, generator=g, dtype=torch.int32)
+            holes = torch.randint(0, 32, (n_tok, n), device=device, generator=g) == 0
+            return torch.where(holes, torch.full_like(i, -1), i)
+        sets.append({
+            "q": torch.randn(n_tok, h, 512, device=device, generator=g).to(torch.bfloat16),
+            "comp_cache": pools[pair[0] + ":comp"], "win_cache": pools[pair[1] + ":win"],
+            "topk_idx": idx(shape.topk, shape.comp_pool), "window_idx": idx(shape.window, shape.win_pool),
+            "attn_sink": torch.randn(h, device=device, generator=g) * 2, "sm_scale": 1.0 / math.sqrt(512),
+            "page_size": PAGE, "win_page_size": PAGE, "out": out, "workspace": ws,
+        })
+    return sets
+
+
+def _launch(pair: tuple[str, str], cfg: Config, s: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"], PAGE,
+                  s["sm_scale"], s["attn_sink"], cfg, out=s["out"], workspace=s["workspace"])
+
+
+def _check(pair: tuple[str, str], cfg: Config, s: dict[str, Any]) -> str | None:
+    s["out"][0].fill_(float("nan"))
+    s["out"][1].fill_(float("nan"))
+    try:
+        return verify_decode(pair[0], pair[1], s, _launch(pair, cfg, s))
+    except Exception as e:  # a config that fails to compile or launch is a result
+        return f"{type(e).__name__}: {e}"[:300]
+
+
+def _time(fn: Callable[[], Any], n_launch: int, gpu: bool) -> float:
+    """Microseconds per launch: CUDA graph replay of n_launch rotated launches, median."""
+    fn()
+    if gpu:
+        torch.cuda.synchronize()
+        return time_us(fn, graph=True, rep=40) / n_launch
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e6 / n_launch
+
+
+def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shape: Shape, device: torch.device) -> list[Config]:
+    d = default_config(*pair)
+    auto = resolve_splits(d, n_tok, shape.topk, device)
+    splits = sorted({s for s in (auto // 2, auto, auto * 2) if 1 <= s <= MAX_SPLITS})
+    out = [d]
+    for bn, mma, nw, ns in structs:
+        for sp in splits:
+            c = d.replace(BLOCK_N=bn, MMA=mma, num_warps=nw, num_stages=ns, NUM_SPLITS=sp)
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def _bench_pair(pair, structs, pools, shape, n_tok, n_sets, device, gpu, deadline) -> dict[str, Any]:
+    sets = _sets(pools, pair, shape, n_tok, n_sets, device, seed=100 + n_tok)
+    cfgs = _sweep_configs(pair, structs, n_tok, shape, torch.device(device))
+    rows = []
+    for i, c in enumerate(cfgs):
+        if i > 0 and time.perf_counter() > deadline:
+            rows.append({"config": c.as_dict(), "skipped": "time budget"})
+            continue
+        bad = _check(pair, c, sets[0])
+        if bad:
+            rows.append({"config": c.as_dict(), "error": bad})
+            continue
+        us = _time(lambda c=c: [_launch(pair, c, s) for s in sets], len(sets), gpu)
+        rows.append({"config": c.as_dict(), "us": us,
+                     "splits": resolve_splits(c, n_tok, shape.topk, torch.device(device))})
+    ok = [r for r in rows if "us" in r]
+    return {"default": rows[0], "best": min(ok, key=lambda r: r["us"]) if ok else None, "rows": rows}
+
+
+def _eager_baseline(pools, shape, n_tok, device, gpu) -> float:
+    """torch eager: gather + dequantize both caches, fp32 attention with the sink."""
+    s = _sets(pools, MAIN, shape, n_tok, 1, device, seed=7)[0]
+
+    def eager() -> torch.Tensor:
+        kc = gather_dequant(s["comp_cache"], s["topk_idx"], MAIN[0], PAGE)
+        kw = gather_dequant(s["win_cache"], s["window_idx"], MAIN[1], PAGE)
+        k = torch.cat([kc, kw], dim=1)
+        valid = torch.cat([s["topk_idx"] >= 0, s["window_idx"] >= 0], dim=1)
+        sc = torch.einsum("thd,tjd->thj", s["q"].float(), k) * s["sm_scale"]
+        sc = sc.masked_fill(~valid[:, None, :], float("-inf"))
+        lse = torch.logsumexp(sc, dim=-1)
+        p = torch.exp(sc - lse[..., None])
+        o = torch.einsum("thj,tjd->thd", p, k) * torch.sigmoid(lse - s["attn_sink"][None, :])[..., None]
+        return o.to(torch.bfloat16)
+
+    eager()
+    if not gpu:
+        t0 = time.perf_counter()
+        eager()
+        return (time.perf_counter() - t0) * 1e6
+    return time_us(eager, graph=False, rep=100)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes and 2 configs: runs under TRITON_INTERPRET=1")
+    ap.add_argument("--budget-s", type=float, default=180.0, help="stop sweeping (default configs only) past this")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    target = detect()
+    gpu = target.is_gpu
+    device = "cuda" if gpu else "cpu"
+    shape = Shape(args.smoke)
+    structs = STRUCTS[3:4] if args.smoke else STRUCTS
+    base_structs = STRUCTS[3:4] if args.smoke else BASE_STRUCTS
+    prov = provenance()
+    print(f"decode bench on {prov['gpu']} ({target.name}), torch {prov['torch']}, triton {prov['triton']}")
+
+    pools: dict[str, Any] = {}
+    for i, fmt in enumerate(sorted({p[0] for p in ISSUE_PAIRS + (BASE,)})):
+        pools[fmt + ":comp"] = _pool(fmt, shape.comp_pool, device, seed=1 + i)
+    for i, fmt in enumerate(sorted({p[1] for p in ISSUE_PAIRS + (BASE,)})):
+        pools[fmt + ":win"] = _pool(fmt, shape.win_pool, device, seed=11 + i)
+
+    # 1. Correctness: every legal variant of every issue pair, default and forced split/unsplit.
+    checks = []
+    for pair in ISSUE_PAIRS:
+        for backend in cfg_backends(*pair):
+            if e2m1_backend_legality(backend, target.name):
+                continue
+            for n_tok in shape.ts:
+                s = _sets(pools, pair, shape, n_tok, 1, device, seed=n_tok)[0]
+                d = default_config(*pair).replace(backend=backend)
+                for cfg in (d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m")):
+                    bad = _check(pair, cfg, s)
+                    checks.append({"pair": "+".join(pair), "backend": backend, "T": n_tok, "config": cfg.as_dict(),
+                                   "result": bad or "pass"})
+                    print(f"  check {'+'.join(pair):20s} {backend:6s} T={n_tok:<3d} splits={cfg['NUM_SPLITS'] or 'auto':<4} "
+                          f"{'pass' if not bad else 'FAIL: ' + bad}")
+
+    # 2. Copy bandwidth (read + write bytes per second).
+    bw = copy_bandwidth(4.0) if gpu else float("nan")
+    print(f"copy bandwidth: {bw / 1e12:.2f} TB/s")
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)) if gpu else 1 << 20
+
+    # 3. Timings per T.
+    deadline = t_start + args.budget_s
+    per_t = []
+    for n_tok in shape.ts:
+        moved = decode_bytes(*MAIN, n_tok, shape.heads, shape.topk, shape.window)
+        # Enough launches per graph replay that one replay touches > 2x L2 of records.
+        n_sets = 2 if args.smoke else max(2, min(512, math.ceil(2 * l2 / moved)))
+        main_r = _bench_pair(MAIN, structs, pools, shape, n_tok, n_sets, device, gpu, deadline)
+        moved_b = decode_bytes(*BASE, n_tok, shape.heads, shape.topk, shape.window)
+        n_sets_b = 2 if args.smoke else max(2, min(512, math.ceil(2 * l2 / moved_b)))
+        base_r = _bench_pair(BASE, base_structs, pools, shape, n_tok, n_sets_b, device, gpu, deadline)
+        row = {
+            "T": n_tok, "launches_per_replay": n_sets, "bytes_moved": moved, "floor_us": moved / bw * 1e6 if gpu else None,
+            "default_us": main_r["default"].get("us"), "best_us": main_r["best"]["us"] if main_r["best"] else None,
+            "best_config": main_r["best"]["config"] if main_r["best"] else None,
+            "fp8_584_default_us": base_r["default"].get("us"),
+            "fp8_584_best_us": base_r["best"]["us"] if base_r["best"] else None,
+            "fp8_584_floor_us": moved_b / bw * 1e6 if gpu else None, "sweep": main_r["rows"], "fp8_584_sweep": base_r["rows"],
+        }
+        per_t.append(row)
+        print(f"  T={n_tok:<3d} default {_f(row['default_us'])} us  best {_f(row['best_us'])} us  floor {_f(row['floor_us'])} us"
+              f"  | fp8_584 default {_f(row['fp8_584_default_us'])} best {_f(row['fp8_584_best_us'])}  "
+              f"({time.perf_counter() - t_start:.0f} s)")
+
+    eager_t = shape.ts[-1]
+    eager_us = _eager_baseline(pools, shape, eager_t, device, gpu)
+    print(f"torch eager dequantize-and-attend at T={eager_t}: {eager_us:.1f} us")
+
+    payload = {
+        "provenance": prov, "target": target.name, "timing": "CUDA graph replay, median" if gpu else "CPU (Triton interpreter)",
+        "shape": {"heads": shape.heads, "topk": shape.topk, "window": shape.window, "page_size": PAGE},
+        "pair": "+".join(MAIN), "baseline_pair": "+".join(BASE), "copy_bandwidth_Bps": bw if gpu else None,
+        "checks": checks, "per_T": per_t, "eager_T": eager_t, "eager_us": eager_us,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+    name = "decode_smoke" if args.smoke else "decode"
+    write_results(args.out, name, payload, _markdown(payload))
+    print(f"wrote {args.out}/{name}.json and .md ({payload['elapsed_s']:.0f} s)")
+    return 1 if any(c["result"] != "pass" for c in checks) else 0
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+def _markdown(p: dict[str, Any]) -> str:
+    pv = p["provenance"]
+    fails = [c for c in p["checks"] if c["result"] != "pass"]
+    lines = [
+        f"# Decode tile benchmark ({p['pair']}, baseline {p['baseline_pair']})", "",
+        f"{pv['gpu']} ({p['target']}), torch {pv['torch']}, triton {pv['triton']}, CUDA {pv['cuda']}, {pv['date']}.",
+        f"Shape H={p['shape']['heads']}, topk={p['shape']['topk']}, window={p['shape']['window']}, page {p['shape']['page_size']}; "
+        f"{p['timing']}; copy bandwidth {_f((p['copy_bandwidth_Bps'] or math.nan) / 1e12)} TB/s.", "",
+        f"Correctness: {len(p['checks']) - len(fails)} of {len(p['checks'])} checks pass"
+        + (": " + "; ".join(f"{c['pair']} {c['backend']} T={c['T']}: {c['result']}" for c in fails[:5]) if fails else "."), "",
+        "| T | default us | best us | best config | floor us | fp8_584 default us | fp8_584 best us | fp8_584 floor us |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in p["per_T"]:
+        bc = r["best_config"] or {}
+        cfg = f"N{bc.get('BLOCK_N')} S{bc.get('NUM_SPLITS')} {bc.get('MMA')} w{bc.get('num_warps')} s{bc.get('num_stages')}" if bc else "-"
+        lines.append(f"| {r['T']} | {_f(r['default_us'])} | {_f(r['best_us'])} | {cfg} | {_f(r['floor_us'])} | "
+                     f"{_f(r['fp8_584_default_us'])} | {_f(r['fp8_584_best_us'])} | {_f(r['fp8_584_floor_us'])} |")
+    lines += ["", f"torch eager dequantize-and-attend at T={p['eager_T']}: {p['eager_us']:.1f} us.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+"""The sparse MQA decode tile (FORMATS.md "decode tile"): top-k compressed keys plus a sliding
+window, read straight from quantized paged caches.
+
+A program handles one token for all of its heads (the heads of an MQA token share every gathered
+row, so each record is loaded and dequantized once) over one split of its two key lists; with more
+than one split, partial results are merged by their log-sum-exp in a second kernel
+(flash-decoding), so that a batch of one token still fills the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Sequence
+
+import torch
+import triton
+
+from tuner import render as R
+from tuner.core import Bucket, Config, ProblemKey
+from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes, quantize, write_slots
+from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
+from tuner.reference import compare, decode_reference
+from tuner.targets import detect, interpreting
+
+TEMPLATE = "decode_tile.py.j2"
+DECODE_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
+# The record pairs the issue names (compressed, window); the cross-compile table covers these.
+ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"))
+MAX_HEADS = 64  # the accumulator is [heads, 512] fp32 per program; more would not fit in registers
+MAX_SPLITS = 32
+AUTO = 0  # NUM_SPLITS = 0: the launcher picks the split count from T and the SM count
+COMBINE_BLOCK_D = 64
+INTERP_SMS = 4  # what "auto" assumes under the interpreter, so small tests exercise both paths
+TOL = 1e-2  # FORMATS.md reader tolerance with bf16 operands
+
+
+def _fmt512(fmt: str | RecordFormat) -> RecordFormat:
+    f = get_format(fmt)
+    if f.name not in DECODE_FORMATS:
+        raise ValueError(f"the decode tile reads 512-dim records {list(DECODE_FORMATS)}, not {f.name}")
+    return f
+
+
+def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
+    return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Search space
+# ---------------------------------------------------------------------------------------------
+
+
+def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
+    """The decode search space for one record pair. The e2m1 backend is an axis only where a side
+    has e2m1 elements (elsewhere the rendered module has no e2m1 code)."""
+    backends = E2M1_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
+
+    def _fits(c: Config) -> str | None:
+        # fp32 K tiles double the shared memory and registers of the dot operands.
+        if c["DOT"] == "fp32" and c["BLOCK_N"] > 32:
+            return "fp32 dot operands with BLOCK_N > 32 exceed shared memory"
+        if c["BLOCK_N"] == 64 and c["num_warps"] < 8:
+            return "a 64-key block of 512 dims needs 8 warps (it spills heavily at 4)"
+        return None
+
+    return Space(
+        params=(
+            Param("backend", backends, "soft", render=True),
+            Param("BLOCK_N", (16, 32, 64), 16),
+            Param("NUM_SPLITS", (AUTO, 1, 2, 4, 8, 16, 32), AUTO),
+            Param("DOT", ("bf16", "fp32"), "bf16"),
+            Param("MMA", ("heads_m", "keys_m"), "heads_m"),
+            # Defaults: the only sm_90 build of the nvfp4 pairs without spills (ptxas -v, triton 3.6).
+            Param("num_warps", (4, 8), 8),
+            Param("num_stages", (1, 2, 3), 1),
+        ),
+        constraints=(_fits,),
+    )
+
+
+def default_config(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Config:
+    return space(comp_fmt, win_fmt).default()
+
+
+def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, backend: str) -> R.Rendered:
+    c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
+    if backend not in E2M1_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_BACKENDS)}")
+    if not has_e2m1(c, w):
+        backend = "soft"  # nothing to decode: every backend renders the same module
+    return R.render(TEMPLATE, {"comp": c, "win": w, "e2m1_backend": backend})
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _module(comp: str, win: str, backend: str) -> Any:
+    # Rendering costs milliseconds of host time: once per variant per process, not per launch.
+    return R.load(render_variant(comp, win, backend))
+
+
+@lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device) -> int:
+    """The split count a launch uses: the config's, or for AUTO enough programs to cover the SMs
+    once (one program per token per split), never splitting the compressed list below one block."""
+    s = int(cfg["NUM_SPLITS"])
+    if s != AUTO:
+        return s
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS
+    cap = max(1, _pow2_floor(topk // cfg["BLOCK_N"]))
+    return max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
+
+
+def workspace_numel(n_tokens: int, heads: int, splits: int) -> int:
+    """fp32 elements of scratch a split launch needs: partial outputs, then (max, sum) pairs."""
+    return n_tokens * splits * heads * (512 + 2)
+
+
+def _check_cache(name: str, cache: torch.Tensor, f: RecordFormat, page_size: int) -> None:
+    if not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"{name} page size must be a positive int, got {page_size!r}")
+    pb = page_bytes(f, page_size)
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous uint8[num_pages, {pb}] for {f.name} with page size {page_size}, "
+                         f"got {cache.dtype}{tuple(cache.shape)}")
+
+
+def _check_idx(name: str, idx: torch.Tensor, n_tokens: int) -> None:
+    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != n_tokens:
+        raise ValueError(f"{name} must be int32[T={n_tokens}, n], got {idx.dtype}{tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError(f"{name} must list at least one slot per token (use -1 for none)")
+    if idx.stride(1) != 1:
+        raise ValueError(f"{name} must be contiguous along its last dim")
+
+
+def decode(
+    q: torch.Tensor,
+    comp_cache: torch.Tensor,
+    comp_fmt: str | RecordFormat,
+    topk_idx: torch.Tensor,
+    win_cache: torch.Tensor,
+    win_fmt: str | RecordFormat,
+    window_idx: torch.Tensor,
+    page_size: int,
+    sm_scale: float,
+    attn_sink: torch.Tensor | None = None,
+    config: Config | None = None,
+    win_page_size: int | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    workspace: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MQA decode: `q[T, H, 512]` bf16 over the `topk_idx` slots of the compressed cache and
+    the `window_idx` slots of the window cache (int32, -1 = none). Returns `(o[T, H, 512] bf16,
+    lse[T, H] fp32)`. `out` (o, lse) and `workspace` (flat fp32, `workspace_numel` elements) may be
+    preallocated so that a launch allocates nothing (CUDA-graph capture)."""
+    cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
+    wps = page_size if win_page_size is None else win_page_size
+    if q.dim() != 3 or q.shape[2] != 512 or q.dtype != torch.bfloat16 or q.stride(2) != 1:
+        raise ValueError(f"q must be bf16[T, H, 512] with unit stride along dims, got {q.dtype}{tuple(q.shape)}")
+    n_tok, heads = q.shape[0], q.shape[1]
+    if not 1 <= heads <= MAX_HEADS:
+        raise ValueError(f"heads must be in 1..{MAX_HEADS}, got {heads}")
+    _check_cache("comp_cache", comp_cache, cf, page_size)
+    _check_cache("win_cache", win_cache, wf, wps)
+    _check_idx("topk_idx", topk_idx, n_tok)
+    _check_idx("window_idx", window_idx, n_tok)
+    if not math.isfinite(float(sm_scale)):
+        raise ValueError(f"sm_scale must be finite, got {sm_scale}")
+    if attn_sink is not None and (attn_sink.dtype != torch.float32 or attn_sink.shape != (heads,) or not attn_sink.is_contiguous()):
+        raise ValueError(f"attn_sink must be a contiguous fp32[H={heads}], got {attn_sink.dtype}{tuple(attn_sink.shape)}")
+    tensors = [q, comp_cache, topk_idx, win_cache, window_idx] + ([attn_sink] if attn_sink is not None else [])
+    if len({t.device for t in tensors}) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in tensors})}")
+    cfg = config or default_config(cf, wf)
+    why = space(cf, wf).infeasible(cfg)
+    if why:
+        raise ValueError(f"infeasible decode config {cfg.to_json()}: {why}")
+    if has_e2m1(cf, wf):
+        illegal = e2m1_backend_legality(cfg["backend"], detect().name)
+        if illegal:
+            raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
+
+    o, lse = out if out is not None else (
+        torch.empty(n_tok, heads, 512, dtype=torch.bfloat16, device=q.device),
+        torch.empty(n_tok, heads, dtype=torch.float32, device=q.device),
+    )
+    if o.shape != (n_tok, heads, 512) or o.dtype != torch.bfloat16 or not o.is_contiguous():
+        raise ValueError("out[0] must be a contiguous bf16[T, H, 512]")
+    if lse.shape != (n_tok, heads) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError("out[1] must be a contiguous fp32[T, H]")
+    if n_tok == 0:
+        return o, lse
+
+    topk, window = topk_idx.shape[1], window_idx.shape[1]
+    splits = resolve_splits(cfg, n_tok, topk, q.device)
+    need = workspace_numel(n_tok, heads, splits) if splits > 1 else 0
+    if workspace is None:
+        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=q.device)
+    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
+    part_o = workspace[: n_tok * splits * heads * 512]
+    part_ml = workspace[n_tok * splits * heads * 512 :]
+
+    mod = _module(cf.name, wf.name, cfg["backend"])
+    # Chunks are runtime ints on a GPU (one binary for every split count); see STATIC_TRIPS.
+    static = interpreting()
+    comp_chunk, win_chunk = triton.cdiv(topk, splits), triton.cdiv(window, splits)
+    block_h = max(16, triton.next_power_of_2(heads))
+    sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
+    mod.decode_kernel[(n_tok, splits)](
+        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+        heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+        q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
+        comp_chunk, win_chunk, float(sm_scale) * math.log2(math.e),
+        BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], STATIC_TRIPS=static,
+        COMP_CHUNK=comp_chunk if static else 0, WIN_CHUNK=win_chunk if static else 0, SPLIT=splits > 1, HAS_SINK=attn_sink is not None,
+        DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m", UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    if splits > 1:
+        mod.decode_combine[(n_tok, 512 // COMBINE_BLOCK_D)](
+            part_o, part_ml, sink, o, lse, heads, splits,
+            BLOCK_H=block_h, BLOCK_S=MAX_SPLITS, STATIC_TRIPS=static, SPLITS=splits if static else 0,
+            BLOCK_D=COMBINE_BLOCK_D,
+            HAS_SINK=attn_sink is not None, num_warps=4,
+        )
+    return o, lse
+
+
+def decode_bytes(comp_fmt: str, win_fmt: str, n_tokens: int, heads: int, topk: int, window: int) -> int:
+    """Bytes one launch must move with full key lists: records, slot lists, q, o, lse, sink."""
+    cf, wf = get_format(comp_fmt), get_format(win_fmt)
+    per_token = topk * (cf.bytes_per_token + 4) + window * (wf.bytes_per_token + 4) + heads * (512 * 2 * 2 + 4)
+    return n_tokens * per_token + heads * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# The family
+# ---------------------------------------------------------------------------------------------
+
+DECODE_BUCKETS = tuple(Bucket("T", lo, hi) for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64)))
+DECODE_PAGE_SIZE = 64
+
+
+def decode_key(comp_fmt: str, win_fmt: str, arch: str, heads: int = 16, topk: int = 512, window: int = 128) -> ProblemKey:
+    return ProblemKey(kernel="decode", arch=arch, heads=heads, topk=topk, window=window,
+                      formats=(comp_fmt, win_fmt), head_dim=512)
+
+
+def _random_cache(fmt: RecordFormat, n_slots: int, page_size: int, device: str, g: torch.Generator) -> torch.Tensor:
+    """A cache whose first `n_slots` slots hold records of random latents (magnitudes spread over a
+    few decades per token, as real latents are); pages past them stay zero."""
+    pages = -(-n_slots // page_size)
+    x = torch.randn(n_slots, 512, generator=g) * torch.exp(torch.randn(n_slots, 1, generator=g))
+    cache = alloc_cache(fmt, pages, page_size, device="cpu", fill=0)
+    write_slots(cache, quantize(x.to(torch.bfloat16), fmt), torch.arange(n_slots), fmt, page_size)
+    return cache.to(device)
+
+
+def _ragged_slots(n_tok: int, n: int, pool: int, g: torch.Generator, hole_every: int = 32) -> torch.Tensor:
+    """int32[T, n]: distinct slots per token from a shared pool (so keys are not all L2-resident),
+    with about one in `hole_every` entries -1 (short sequences, evicted entries)."""
+    idx = torch.stack([torch.randperm(pool, generator=g)[:n] for _ in range(n_tok)]).int()
+    holes = torch.randint(0, hole_every, (n_tok, n), generator=g) == 0
+    return torch.where(holes, torch.full_like(idx, -1), idx)
+
+
+def make_decode_inputs(
+    comp_fmt: str, win_fmt: str, n_tok: int, heads: int, topk: int, window: int, device: str, seed: int,
+    page_size: int = DECODE_PAGE_SIZE, win_page_size: int | None = None, sink: bool = True, max_splits: int = MAX_SPLITS,
+) -> dict[str, Any]:
+    """One launch's inputs with preallocated outputs and workspace (see `decode`'s `out`)."""
+    cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
+    wps = win_page_size or page_size
+    g = torch.Generator().manual_seed(seed)
+    comp_pool = max(n_tok * topk, 2 * topk)
+    win_pool = max(n_tok * window, 2 * window)
+    inputs: dict[str, Any] = {
+        "q": torch.randn(n_tok, heads, 512, generator=g).to(torch.bfloat16).to(device),
+        "comp_cache": _random_cache(cf, comp_pool, page_size, device, g),
+        "topk_idx": _ragged_slots(n_tok, topk, comp_pool, g).to(device),
+        "win_cache": _random_cache(wf, win_pool, wps, device, g),
+        "window_idx": _ragged_slots(n_tok, window, win_pool, g).to(device),
+        "attn_sink": (torch.randn(heads, generator=g) * 2).to(device) if sink else None,
+        "sm_scale": 1.0 / math.sqrt(512),
+        "page_size": page_size,
+        "win_page_size": wps,
+        "out": (torch.empty(n_tok, heads, 512, dtype=torch.bfloat16, device=device),
+                torch.empty(n_tok, heads, dtype=torch.float32, device=device)),
+        "workspace": torch.empty(workspace_numel(n_tok, heads, max_splits), dtype=torch.float32, device=device),
+    }
+    return inputs
+
+
+def run_decode(comp_fmt: str, win_fmt: str, config: Config | None, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    i = inputs
+    return decode(i["q"], i["comp_cache"], comp_fmt, i["topk_idx"], i["win_cache"], win_fmt, i["window_idx"],
+                  i["page_size"], i["sm_scale"], i["attn_sink"], config, win_page_size=i["win_page_size"],
+                  out=i["out"], workspace=i["workspace"])
+
+
+def verify_decode(comp_fmt: str, win_fmt: str, inputs: dict[str, Any], outputs: tuple[torch.Tensor, torch.Tensor]) -> str | None:
+    i = inputs
+    ro, rl = decode_reference(i["q"], i["comp_cache"], comp_fmt, i["topk_idx"], i["win_cache"], win_fmt,
+                              i["window_idx"], i["page_size"], i["sm_scale"], i["attn_sink"], win_page_size=i["win_page_size"])
+    o, lse = outputs
+    bad_o = compare(o, ro, TOL)
+    if bad_o:
+        return f"o: {bad_o}"
+    bad_l = compare(lse, rl, TOL)
+    return f"lse: {bad_l}" if bad_l else None
+
+
+def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
+    return {
+        "q_ptr": "*bf16", "comp_ptr": "*u8", "topk_ptr": "*i32", "win_ptr": "*u8", "widx_ptr": "*i32",
+        "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
+        "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32", "comp_page_bytes": "i32",
+        "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32", "stride_qh": "i32",
+        "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32", "scale_log2": "fp32",
+        "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "STATIC_TRIPS": "constexpr", "COMP_CHUNK": "constexpr",
+        "WIN_CHUNK": "constexpr", "SPLIT": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
+        "SWAP": "constexpr", "UPCAST": "constexpr",
+    }
+
+
+_COMBINE_SIGNATURE = {
+    "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32", "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32",
+    "n_heads": "i32", "n_split": "i32",
+    "BLOCK_H": "constexpr", "STATIC_TRIPS": "constexpr", "SPLITS": "constexpr", "BLOCK_S": "constexpr", "BLOCK_D": "constexpr", "HAS_SINK": "constexpr",
+}
+
+
+class _DecodeFamily:
+    name = "decode"
+    template = TEMPLATE
+
+    def variants(self) -> Sequence[str]:
+        return E2M1_BACKENDS
+
+    def legality(self, variant: str, target: str) -> str | None:
+        # The fp8 readers use Triton's fp8e4nv conversion, which every GPU target lowers; the only
+        # target-specific code is the e2m1 decode backend.
+        return e2m1_backend_legality(variant, target)
+
+    def space(self, key: ProblemKey) -> Space:
+        return space(*key.formats)
+
+    def default_config(self, key: ProblemKey) -> Config:
+        return default_config(*key.formats)
+
+    def variant_of(self, config: Config) -> str:
+        return str(config["backend"])
+
+    def buckets(self, key: ProblemKey) -> list[Bucket]:
+        return list(DECODE_BUCKETS)
+
+    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
+        return render_variant(key.formats[0], key.formats[1], config["backend"])
+
+    def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        return make_decode_inputs(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window,
+                                  device, seed)
+
+    def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
+        return run_decode(key.formats[0], key.formats[1], config, inputs)
+
+    def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        return verify_decode(key.formats[0], key.formats[1], inputs, outputs)
+
+    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
+        return decode_bytes(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window)
+
+    def xcompile_cases(self) -> Sequence[XCompileCase]:
+        """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
+        of the main kernel once, and the combine kernel once."""
+        cases: list[XCompileCase] = []
+        for comp, win in ISSUE_PAIRS:
+            cf, wf = get_format(comp), get_format(win)
+            cfg = default_config(cf, wf)
+            for backend in cfg_backends(cf, wf):
+                cases.append(self._main_case(cf, wf, backend, cfg, split=False))
+        cf, wf = get_format(ISSUE_PAIRS[0][0]), get_format(ISSUE_PAIRS[0][1])
+        cfg = default_config(cf, wf)
+        cases.append(self._main_case(cf, wf, "soft", cfg, split=True))
+        cases.append(XCompileCase(
+            variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
+            signature=dict(_COMBINE_SIGNATURE),
+            constexprs={"BLOCK_H": 16, "STATIC_TRIPS": False, "SPLITS": 0, "BLOCK_S": MAX_SPLITS, "BLOCK_D": COMBINE_BLOCK_D, "HAS_SINK": True},
+            num_warps=4, num_stages=1, detail="combine",
+        ))
+        return cases
+
+    @staticmethod
+    def _main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool) -> XCompileCase:
+        splits = 8 if split else 1  # only names the case: split counts are runtime ints
+        return XCompileCase(
+            variant=backend,
+            rendered=render_variant(cf, wf, backend),
+            kernel_name="decode_kernel",
+            signature=_signature(cf, wf),
+            constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "SPLIT": split, "HAS_SINK": True,
+                        "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0,
+                        "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False},
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+            detail=f"{cf.name}+{wf.name}" + (f" split{splits}" if split else ""),
+        )
+
+
+def cfg_backends(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> tuple[str, ...]:
+    """The e2m1 backends the pair's space searches (its `backend` axis)."""
+    return tuple(space(comp_fmt, win_fmt).params[0].choices)
+
+
+FAMILY: KernelFamily = _DecodeFamily()
