@@ -53,7 +53,9 @@ def make_keys(target: str) -> tuple[list[dict], dict[str, str], float]:
         fam = get_family(item["kernel"])
         for bucket, cfg in item["buckets"]:
             sources[fam.render(item["key"], cfg).source_hash] = fam.render(item["key"], cfg).source
-            keys += [k.to_json() for k in keys_for(item["kernel"], item["key"], cfg, bucket, target)]
+            # Recorded on the device itself: launchers size some launch arguments from it (decode's
+            # automatic split count follows the SM count), so keys belong to a device model.
+            keys += [k.to_json() for k in keys_for(item["kernel"], item["key"], cfg, bucket, target, device="cuda")]
     return keys, sources, time.perf_counter() - t0
 
 
@@ -123,7 +125,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--phase", choices=["cold", "warm"])
-    ap.add_argument("--keys")
+    ap.add_argument("--keys", help="(internal) the keys file a phase reads")
     args = ap.parse_args()
     if args.phase:
         return phase(args)

@@ -116,6 +116,131 @@ def xcompile(kernel: str, targets: Sequence[str], jobs: int | None = None) -> li
 
 
 # ---------------------------------------------------------------------------------------------
+# One search candidate (family, key, config) for one target: static stats to prune before the GPU
+# ---------------------------------------------------------------------------------------------
+
+# The most shared memory (LDS) one program may use, in bytes, per target. A candidate over it fails
+# at launch (Triton's OutOfResources), so the search drops it without spending GPU time on it.
+SHARED_LIMIT: dict[str, int] = {
+    "sm_90": 232448,  # 227 KiB opt-in per block (H100/H200)
+    "sm_100": 232448,  # 227 KiB (B200)
+    "gfx942": 65536,  # 64 KiB LDS (MI300)
+    "gfx950": 163840,  # 160 KiB LDS (MI355)
+}
+
+
+@dataclass(frozen=True)
+class CandidateCompile:
+    """What a static compile says about one candidate before it reaches the GPU.
+
+    status: "compiled" (stats read, may go on), "nothing_to_compile" (interp: the interpreter runs
+    Python, there is no binary), "no_case" (the family gives no way to compile this config
+    statically; the GPU's JIT compiles it in the bench child instead), or a failure that prunes the
+    candidate: "illegal_on_arch", "compile_error", "out_of_resources", "timeout".
+    """
+
+    status: str
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+    occupancy: int | None = None
+    error: str | None = None
+    source_hash: str = ""
+    seconds: float = 0.0
+    # False when the compile case was derived from the family's xcompile cases rather than given
+    # by the family: its compile errors are then not trusted to prune (the derived signature may be
+    # the thing that is wrong), only its resource numbers are.
+    exact: bool = True
+
+    def stats(self) -> dict[str, Any]:
+        return {k: v for k, v in (("registers", self.registers), ("spills", self.spills),
+                                  ("shared_bytes", self.shared_bytes), ("occupancy", self.occupancy)) if v is not None}
+
+    def prune_status(self) -> str | None:
+        """The `TrialStatus` value that ends the candidate here, or None when it may go on."""
+        if self.status in ("illegal_on_arch", "out_of_resources"):
+            return self.status
+        if self.status == "compile_error" and self.exact:
+            return "compile_error"
+        if self.status == "timeout" and self.exact:
+            return "timeout"
+        return None
+
+
+def candidate_case(family: Any, key: Any, config: Any) -> tuple[XCompileCase | None, bool]:
+    """The compile case of one config: the family's own `compile_case(key, config)` when it has one
+    (optional protocol method; exact), else one derived from its `xcompile_cases()` (not exact): the
+    case of the same variant rendered for the key's formats, with every tunable parameter of the
+    config mapped onto a constexpr of the same name. A config with a parameter that is not a
+    constexpr (e.g. a host-side choice like decode's NUM_SPLITS) cannot be derived: (None, False)."""
+    make = getattr(family, "compile_case", None)
+    if make is not None:
+        return make(key, config), True
+    variant = family.variant_of(config)
+    details = set(key.formats) | {"+".join(key.formats)}
+    cases = [c for c in family.xcompile_cases() if c.variant == variant and c.detail in details]
+    if not cases:
+        return None, False
+    case = cases[0]
+    render_params = {p.name for p in family.space(key).params if p.render}
+    tunable = {k: v for k, v in config.as_dict().items() if k not in render_params and k not in ("num_warps", "num_stages")}
+    if not set(tunable) <= set(case.constexprs):
+        return None, False
+    from dataclasses import replace
+
+    return replace(
+        case,
+        rendered=family.render(key, config),
+        constexprs={**case.constexprs, **tunable},
+        num_warps=int(config.get("num_warps", case.num_warps)),
+        num_stages=int(config.get("num_stages", case.num_stages)),
+    ), False
+
+
+def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeout: float = COMPILE_TIMEOUT_S,
+                      prune_spills: bool = True) -> CandidateCompile:
+    """Compile one candidate for `target` in a child process and judge its static stats.
+
+    Over the target's shared-memory limit -> "out_of_resources"; register spills -> also
+    "out_of_resources" when `prune_spills` (a spilling variant is slower than a smaller tile of the
+    same kernel, which the search will try anyway). On `interp` there is nothing to compile.
+    """
+    import time
+
+    from tuner.kernels import get_family
+
+    if target == "interp":
+        return CandidateCompile(status="nothing_to_compile")
+    fam = get_family(family)
+    illegal = fam.legality(fam.variant_of(config), target)
+    if illegal:
+        # Never hand a wrong-vendor variant to a compiler: it can abort the process.
+        return CandidateCompile(status="illegal_on_arch", error=illegal)
+    try:
+        case, exact = candidate_case(fam, key, config)
+    except Exception as e:  # a render or template error is this candidate's compile error
+        return CandidateCompile(status="compile_error", error=f"{type(e).__name__}: {e}"[-2000:])
+    if case is None:
+        return CandidateCompile(status="no_case")
+    t0 = time.monotonic()
+    r = compile_in_child(family, case, target, timeout=timeout)
+    dt = time.monotonic() - t0
+    base = dict(registers=r.registers, spills=r.spills, shared_bytes=r.shared_bytes, occupancy=r.occupancy,
+                source_hash=case.rendered.source_hash, seconds=round(dt, 3), exact=exact)
+    if r.status != "compiled":
+        timed_out = (r.error or "").startswith("compile timed out")
+        return CandidateCompile(status="timeout" if timed_out else "compile_error", error=r.error, **base)
+    limit = SHARED_LIMIT.get(target)
+    if limit is not None and (r.shared_bytes or 0) > limit:
+        return CandidateCompile(status="out_of_resources",
+                                error=f"{r.shared_bytes} bytes of shared memory, {target} allows {limit}", **base)
+    if prune_spills and (r.spills or 0) > 0:
+        return CandidateCompile(status="out_of_resources",
+                                error=f"{r.spills} bytes of register spills ({r.registers} registers)", **base)
+    return CandidateCompile(status="compiled", **base)
+
+
+# ---------------------------------------------------------------------------------------------
 # The child
 # ---------------------------------------------------------------------------------------------
 

@@ -266,11 +266,14 @@ def keys_for(
     bucket: Bucket,
     target: str,
     make_inputs: Callable[[int], dict[str, Any]] | None = None,
+    device: str = "cpu",
 ) -> list[WarmupKey]:
     """Every warmup key one (kernel, config, bucket) hits on `target`.
 
-    `make_inputs(n)` builds CPU inputs for size n; by default the family's own `make_inputs` for a
-    one-size bucket. Inputs are small: pool pointers get their large class added by `launch_specs`.
+    `make_inputs(n)` builds inputs for size n; by default the family's own `make_inputs` for a
+    one-size bucket on `device`. Inputs are small: pool pointers get their large class added by
+    `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
+    launchers that size launches from the device (e.g. by its SM count) must be recorded on one.
     """
     from tuner.kernels import get_family
 
@@ -280,7 +283,7 @@ def keys_for(
     rendered = fam.render(key, config)
     out: dict[tuple, WarmupKey] = {}
     for n in sizes_to_probe(bucket):
-        inputs = make_inputs(n) if make_inputs else fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), "cpu", seed=n)
+        inputs = make_inputs(n) if make_inputs else fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), device, seed=n)
         with record_launches() as launches:
             fam.run(key, config, inputs)
         if not launches:

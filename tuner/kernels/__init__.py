@@ -15,8 +15,20 @@ def family_names() -> tuple[str, ...]:
 
 
 def get_family(name: str) -> KernelFamily:
-    try:
-        mod = import_module(_MODULES[name])
-    except KeyError:
-        raise ValueError(f"unknown kernel {name!r}; known: {sorted(_MODULES)}") from None
-    return mod.FAMILY
+    """A registered family by name, or any family by dotted path: `"package.module:ATTR"` (or
+    `"package.module"` for its `FAMILY`). The dotted form is what the benchmark child receives, so a
+    family defined outside `tuner.kernels` (a test's fault family) loads in the child exactly as in
+    the parent, with no registration call to replay."""
+    if name in _MODULES:
+        return import_module(_MODULES[name]).FAMILY
+    if ":" in name or "." in name:
+        mod_name, _, attr = name.partition(":")
+        try:
+            mod = import_module(mod_name)
+        except ImportError as e:
+            raise ValueError(f"cannot import kernel family module {mod_name!r}: {e}") from None
+        try:
+            return getattr(mod, attr or "FAMILY")
+        except AttributeError:
+            raise ValueError(f"module {mod_name!r} has no kernel family {attr or 'FAMILY'!r}") from None
+    raise ValueError(f"unknown kernel {name!r}; known: {sorted(_MODULES)} (or a dotted path 'module:ATTR')")

@@ -383,6 +383,11 @@ class _DecodeFamily:
     def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
         return decode_bytes(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window)
 
+    def pool_args(self) -> tuple[frozenset[str], ...]:
+        """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
+        either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
+        return (frozenset({"comp_ptr"}), frozenset({"win_ptr"}))
+
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
         of the main kernel once, and the combine kernel once."""

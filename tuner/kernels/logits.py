@@ -426,6 +426,11 @@ class _LogitsFamily:
     def legality(self, variant: str, target: str) -> str | None:
         return legality(variant, target)
 
+    def pool_args(self) -> tuple[frozenset[str], ...]:
+        """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
+        either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
+        return (frozenset({"cache_ptr"}),)
+
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
         fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot)."""

@@ -1,0 +1,147 @@
+"""Record a timing table: the full grid of one realistic space per kernel, every bucket, measured on
+the local GPU through the benchmark child (verified, CUDA-graph timed). The tables feed the
+simulated runner (`tuner.bench.SimulatedRunner`) that search tests and
+`benchmarks/search_efficiency.py` replay on a CPU.
+
+    python benchmarks/record_table.py --kernel decode --time-limit 540           # one H200
+    python benchmarks/record_table.py --kernel decode --devices 0,1,2,3 --resume  # 4 GPUs, continue
+    python benchmarks/record_table.py --kernel pack --smoke                        # a minute, to check
+
+The table is written to `benchmarks/tables/<kernel>.json` atomically every few entries, so a run
+cut by its time limit (or a killed command) keeps what it measured; `--resume` skips entries already
+there. Buckets are done one after another (configs shuffled inside a bucket), so a cut run leaves
+complete buckets and one partial one; `meta.complete` says whether the whole grid is in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tuner.bench import BenchRunner, Candidate, load_table, new_table, save_table, table_put  # noqa: E402
+from tuner.core import Bucket, Config, TrialStatus  # noqa: E402
+from tuner.kernels import get_family  # noqa: E402
+from tuner.keys import make_key, parse_buckets  # noqa: E402
+
+TABLE_DIR = Path(__file__).resolve().parent / "tables"
+
+
+def _work(kernel: str, key, buckets: list[Bucket], table: dict, smoke: bool, max_configs: int | None,
+          target: str) -> list[tuple[Bucket, Config]]:
+    fam = get_family(kernel)
+    configs = [c for c in fam.space(key).grid() if fam.legality(fam.variant_of(c), target) is None]
+    default = fam.default_config(key)
+    items = []
+    for b in buckets:
+        cs = list(configs)
+        random.Random(f"{key.slug()}/{b.name()}").shuffle(cs)  # a cut run keeps a random subset, not a corner
+        cs.sort(key=lambda c: c != default)  # the default first in every bucket
+        if smoke:
+            cs = cs[:6]
+        elif max_configs:
+            cs = cs[:max_configs]
+        done = table["buckets"].get(b.name(), {}).get("entries", {})
+        items += [(b, c) for c in cs if c.to_json() not in done]
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", action="append", choices=["pack", "decode", "logits"],
+                    help="repeatable; default: all three")
+    ap.add_argument("--smoke", action="store_true", help="two buckets x six configs per kernel, to check the setup")
+    ap.add_argument("--time-limit", type=float, default=540.0, help="seconds for the whole run (default 540)")
+    ap.add_argument("--trial-timeout", type=float, default=60.0)
+    ap.add_argument("--devices", default=None, help="GPU indices, one benchmark child each (default: one, the current)")
+    ap.add_argument("--buckets", default=None, help="lo-hi[@ctx],... (default: the kernel's)")
+    ap.add_argument("--max-configs", type=int, default=None, help="per bucket (default: the whole grid)")
+    ap.add_argument("--resume", action="store_true", help="keep the entries of an existing table and add the rest")
+    ap.add_argument("--out-dir", default=str(TABLE_DIR))
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--topk", type=int, default=512)
+    ap.add_argument("--window", type=int, default=128)
+    args = ap.parse_args(argv)
+
+    end = time.monotonic() + args.time_limit
+    devices = [int(d) for d in args.devices.split(",")] if args.devices else [None]
+    runners = [BenchRunner("auto", device_index=d, trial_timeout_s=args.trial_timeout, precompile=False)
+               for d in devices]
+    try:
+        target = runners[0].target
+        if target == "interp" and not args.smoke:
+            print("no GPU here: only --smoke runs on the interpreter (its timings are CPU timings)", file=sys.stderr)
+            return 2
+        for kernel in args.kernel or ["pack", "decode", "logits"]:
+            if time.monotonic() >= end:
+                print(f"{kernel}: skipped, time limit reached")
+                continue
+            record(kernel, runners, target, args, end)
+    finally:
+        for r in runners:
+            r.close()
+    return 0
+
+
+def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.Namespace, end: float) -> None:
+    fam = get_family(kernel)
+    key = make_key(kernel, target, args.heads, args.topk, args.window)
+    buckets = parse_buckets(args.buckets, fam.buckets(key)) if args.buckets else fam.buckets(key)
+    if args.smoke:
+        buckets = buckets[:2]
+    out = Path(args.out_dir) / (f"{kernel}.smoke.json" if args.smoke else f"{kernel}.json")
+    table = None
+    if args.resume and out.exists():
+        table = load_table(out)
+        if table["meta"]["key"] != key.to_json():
+            raise SystemExit(f"{out} was recorded for another key; move it away or drop --resume")
+    if table is None:
+        table = new_table(key, kernel, target, runners[0].info(), space=fam.space(key).to_json())
+    items = _work(kernel, key, buckets, table, args.smoke, args.max_configs, target)
+    print(f"{key.slug()}: {len(items)} entries to measure on {len(runners)} device(s) -> {out}", flush=True)
+    todo: queue.Queue[tuple[Bucket, Config]] = queue.Queue()
+    for it in items:
+        todo.put(it)
+    lock = threading.Lock()
+    counts = {"done": 0, "failed": 0}
+    last_save = [time.monotonic()]
+
+    def worker(runner: BenchRunner) -> None:
+        while time.monotonic() < end:
+            try:
+                b, c = todo.get_nowait()
+            except queue.Empty:
+                return
+            m = runner.evaluate(Candidate(kernel, key, b, c, seed=counts["done"]))
+            with lock:
+                table_put(table, b, c, m)
+                counts["done"] += 1
+                counts["failed"] += m.status is not TrialStatus.OK
+                if counts["done"] % 10 == 0 or time.monotonic() - last_save[0] > 30:
+                    save_table(table, out)
+                    last_save[0] = time.monotonic()
+                    print(f"  {counts['done']}/{len(items)} measured, {counts['failed']} failed", flush=True)
+
+    threads = [threading.Thread(target=worker, args=(r,), daemon=True) for r in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    table["meta"]["complete"] = todo.empty() and counts["done"] == len(items) and not args.smoke \
+        and not args.max_configs
+    save_table(table, out)
+    for name, b in table["buckets"].items():
+        ok = [e["time_us"] for e in b["entries"].values() if e["status"] == "ok"]
+        best = f"{min(ok):.2f} us" if ok else "-"
+        print(f"  {name}: {len(b['entries'])} entries, {len(ok)} ok, best {best}")
+    print(f"wrote {out} ({'complete' if table['meta']['complete'] else 'partial'})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

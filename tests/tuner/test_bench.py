@@ -1,0 +1,184 @@
+"""The benchmark child on the CPU: every way a candidate can fail ends as a status with its error
+text, the parent survives, and the next candidate gets a working (restarted) child."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.fault_family import KEY, NAME
+from tuner.bench import (BenchRunner, BenchUnavailable, Candidate, Measurement, SimulatedRunner, load_table,
+                         new_table, save_table, synthetic_table, table_put)
+from tuner.compile import SHARED_LIMIT, compile_candidate
+from tuner.core import Bucket, Config, TrialStatus
+from tuner.kernels import get_family
+from tuner.kernels.pack import pack_key
+
+BUCKET = Bucket("N", 1, 8)
+HANG_TIMEOUT_S = 2.5
+
+
+def cand(mode: str, delay: int = 0, seed: int = 0) -> Candidate:
+    return Candidate(NAME, KEY, BUCKET, Config.of(mode=mode, delay_ms=delay), seed)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with BenchRunner("interp", trial_timeout_s=HANG_TIMEOUT_S) as r:
+        yield r
+
+
+def test_dotted_family_path() -> None:
+    fam = get_family(NAME)
+    assert fam.name == "fault"
+    assert get_family("tests.tuner.fault_family") is fam  # module path alone: its FAMILY
+    assert get_family("pack").name == "pack"
+    with pytest.raises(ValueError, match="no kernel family"):
+        get_family("tests.tuner.fault_family:NOPE")
+    with pytest.raises(ValueError, match="unknown kernel"):
+        get_family("nope")
+
+
+def test_ok_is_timed_on_the_interpreter(runner: BenchRunner) -> None:
+    assert runner.target == "interp"
+    m = runner.evaluate(cand("ok", 3))
+    assert m.status is TrialStatus.OK, m.error
+    assert m.timing == "cpu-interpreter"
+    assert m.time_us is not None and 2900 < m.time_us < 30_000  # a 3 ms sleep, measured on the CPU clock
+    assert m.source_hash and m.compile_stats["runs"] >= 3
+
+
+def test_wrong_values_are_wrong_result(runner: BenchRunner) -> None:
+    m = runner.evaluate(cand("wrong"))
+    assert m.status is TrialStatus.WRONG_RESULT
+    assert m.time_us is None  # a wrong candidate is never timed
+    assert "values differ from 2x" in (m.error or "")
+
+
+def test_raise_at_first_launch_is_compile_error(runner: BenchRunner) -> None:
+    pid = runner.pid
+    m = runner.evaluate(cand("raise"))
+    assert m.status is TrialStatus.COMPILE_ERROR
+    assert "this variant does not compile" in (m.error or "")
+    assert runner.pid == pid  # an exception costs no restart
+
+
+def test_abort_is_crashed_and_child_restarts(runner: BenchRunner) -> None:
+    starts = runner.starts
+    m = runner.evaluate(cand("abort"))
+    assert m.status is TrialStatus.CRASHED
+    assert "SIGABRT" in (m.error or "") and "fault_family.py" in (m.error or "")  # faulthandler's stack
+    ok = runner.evaluate(cand("ok", 1))
+    assert ok.status is TrialStatus.OK and runner.starts == starts + 1
+
+
+def test_hang_is_timeout_and_child_restarts(runner: BenchRunner) -> None:
+    starts = runner.starts
+    m = runner.evaluate(cand("hang"))
+    assert m.status is TrialStatus.TIMEOUT
+    assert f"no result within {HANG_TIMEOUT_S:g}s" in (m.error or "") and "phase compile" in (m.error or "")
+    assert runner.evaluate(cand("ok", 1)).status is TrialStatus.OK
+    assert runner.starts == starts + 1
+
+
+def test_sticky_device_error_ends_the_child(runner: BenchRunner) -> None:
+    pid = runner.pid
+    m = runner.evaluate(cand("sticky"))
+    assert m.status is TrialStatus.CRASHED
+    assert "illegal memory access" in (m.error or "")
+    assert runner.pid is None  # it exited by itself after reporting
+    assert runner.evaluate(cand("ok", 1)).status is TrialStatus.OK
+    assert runner.pid not in (None, pid)
+
+
+def test_out_of_bounds_store_segfaults_the_interpreter(runner: BenchRunner) -> None:
+    m = runner.evaluate(cand("oob"))
+    assert m.status is TrialStatus.CRASHED and "SIGSEGV" in (m.error or "")
+    assert runner.evaluate(cand("ok", 1)).status is TrialStatus.OK
+
+
+def test_illegal_variant(runner: BenchRunner) -> None:
+    m = runner.evaluate(cand("illegal"))
+    assert m.status is TrialStatus.ILLEGAL_ON_ARCH and "illegal everywhere" in (m.error or "")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_gpu_target_without_a_gpu_is_unavailable() -> None:
+    r = BenchRunner("sm_90", start_timeout_s=60)
+    with pytest.raises(BenchUnavailable, match="sm_90"):
+        r.target
+    r.close()
+
+
+def test_compile_candidate_interp_and_illegal() -> None:
+    key = pack_key("mxfp4_68", "sm_90")
+    cfg = get_family("pack").default_config(key)
+    assert compile_candidate("pack", key, cfg, "interp").status == "nothing_to_compile"
+    ill = compile_candidate("pack", key, cfg.replace(backend="ptx"), "sm_90")  # no child is even started
+    assert ill.status == "illegal_on_arch" and ill.prune_status() == "illegal_on_arch"
+
+
+def test_compile_candidate_static_stats_prune(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real cross-compile for sm_90 on the CPU: stats come back, and a candidate over the target's
+    shared-memory limit is pruned before any GPU sees it."""
+    key = pack_key("mxfp4_68", "sm_90")
+    cfg = get_family("pack").default_config(key)
+    monkeypatch.setitem(SHARED_LIMIT, "sm_90", 1)
+    r = compile_candidate("pack", key, cfg, "sm_90", timeout=120)
+    assert r.registers and r.registers > 0 and r.spills == 0 and r.shared_bytes and r.shared_bytes > 1
+    assert r.status == "out_of_resources" and r.prune_status() == "out_of_resources"
+    assert "shared memory" in (r.error or "")
+
+
+def test_simulated_runner_replays_and_refuses_unknowns(tmp_path: Path) -> None:
+    key = pack_key("mxfp4_68", "sm_90")
+    b = Bucket("N", 1, 64)
+    t = new_table(key, "pack", "sm_90", {"device_name": "test"}, synthetic=True)
+    good, bad = Config.of(a=1), Config.of(a=2)
+    table_put(t, b, good, Measurement(TrialStatus.OK, time_us=5.0))
+    table_put(t, b, bad, Measurement(TrialStatus.WRONG_RESULT, time_us=1.0, error="off by one"))
+    save_table(t, tmp_path / "t.json")
+    sim = SimulatedRunner(load_table(tmp_path / "t.json"))
+    assert sim.target == "sm_90" and "synthetic" in sim.info()["device_name"]
+    assert sim.evaluate(Candidate("pack", key, b, good)).time_us == 5.0
+    w = sim.evaluate(Candidate("pack", key, b, bad))
+    assert w.status is TrialStatus.WRONG_RESULT and w.time_us is None  # the table keeps no time for it
+    with pytest.raises(LookupError):
+        sim.evaluate(Candidate("pack", key, b, Config.of(a=3)))
+    assert SimulatedRunner(t, missing=TrialStatus.CRASHED).evaluate(
+        Candidate("pack", key, b, Config.of(a=3))).status is TrialStatus.CRASHED
+    with pytest.raises(ValueError, match="recorded for"):
+        sim.evaluate(Candidate("pack", pack_key("nvfp4_288", "sm_90"), b, good))
+
+
+def test_synthetic_table_covers_only_runnable_configs() -> None:
+    key = pack_key("nvfp4_288", "sm_90")
+    fam = get_family("pack")
+    t = synthetic_table("pack", key, [Bucket("N", 1, 64)])
+    assert t["meta"]["synthetic"] is True
+    entries = t["buckets"]["N1-64"]["entries"]
+    configs = [Config.from_dict(json.loads(k)) for k in entries]
+    assert configs and all(fam.space(key).infeasible(c) is None for c in configs)
+    assert {c["backend"] for c in configs} == {"soft"}  # ptx and gfx950 are illegal on sm_90
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
+def test_gpu_graph_timing_precompile_and_sticky_error() -> None:
+    """On a GPU: pack is verified and timed by CUDA graph replay over rotating input sets, with static
+    stats from the precompile; a real illegal address is a sticky error that ends the child."""
+    with BenchRunner("auto", trial_timeout_s=300) as r:
+        key = pack_key("nvfp4_288", r.target)
+        fam = get_family("pack")
+        m = r.evaluate(Candidate("pack", key, Bucket("N", 1, 64), fam.default_config(key), 0))
+        assert m.status is TrialStatus.OK, m.error
+        assert m.timing in ("cuda-graph", "hip-graph") and m.time_us and 0 < m.time_us < 1e4
+        assert m.compile_stats["input_sets"] >= 2 and m.compile_stats["launches_per_replay"] >= 2
+        assert "static_registers" in m.compile_stats  # the precompile ran and did not prune it
+        gpu_key = dataclasses.replace(KEY, arch=r.target)
+        oob = r.evaluate(Candidate(NAME, gpu_key, BUCKET, Config.of(mode="oob", delay_ms=0)))
+        assert oob.status is TrialStatus.CRASHED and r.pid is None, oob.error
+        ok = r.evaluate(Candidate(NAME, gpu_key, BUCKET, Config.of(mode="ok", delay_ms=1)))
+        assert ok.status is TrialStatus.OK, ok.error

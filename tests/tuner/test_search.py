@@ -1,0 +1,198 @@
+"""The search: a study survives every kind of failed candidate and the best verified config wins;
+default is trial 0; TPE, random and grid on a SYNTHETIC recorded table (simulation mode);
+pruning; budgets; shared RDB storage."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.tuner.fault_family import KEY, NAME
+from tuner.bench import BenchRunner, Candidate, Measurement, SimulatedRunner, synthetic_table
+from tuner.core import Bucket, Config, TrialStatus
+from tuner.kernels import get_family
+from tuner.kernels.pack import PACK_BUCKETS, pack_key
+from tuner.results import BucketResult, TrialRecord, TuneResult, format_tune_table
+from tuner.search import study_name, tune
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# pack on sm_100: all three e2m1 backends in the space, two of them legal there.
+SIM_KEY = pack_key("nvfp4_288", "sm_100")
+SIM_BUCKETS = [PACK_BUCKETS[0], PACK_BUCKETS[2]]
+
+
+@pytest.fixture(scope="module")
+def table() -> dict:
+    return synthetic_table("pack", SIM_KEY, SIM_BUCKETS, seed=3)  # SYNTHETIC: made-up times
+
+
+def _best_in_table(table: dict, bucket: Bucket) -> tuple[float, str]:
+    ok = {k: e["time_us"] for k, e in table["buckets"][bucket.name()]["entries"].items() if e["status"] == "ok"}
+    k = min(ok, key=ok.get)
+    return ok[k], k
+
+
+def test_failures_are_trials_and_the_best_verified_config_wins() -> None:
+    """On the real benchmark child (interpreter): raise, abort, hang, sticky error and wrong values
+    each end one trial with its status; the study finishes; the fastest *verified* config wins even
+    though the wrong-result config is faster still."""
+    seen: list[TrialRecord] = []
+    with BenchRunner("interp", trial_timeout_s=2.5) as runner:
+        res = tune(KEY, buckets=[Bucket("N", 1, 8)], trials=20, search="grid", runner=runner, family=NAME,
+                   on_trial=seen.append)
+    (b,) = res.buckets
+    status = {r.config["mode"]: r.status for r in b.trials if r.config["mode"] != "ok"}
+    assert status == {"wrong": TrialStatus.WRONG_RESULT, "raise": TrialStatus.COMPILE_ERROR,
+                      "abort": TrialStatus.CRASHED, "hang": TrialStatus.TIMEOUT, "sticky": TrialStatus.CRASHED,
+                      "oob": TrialStatus.CRASHED}
+    assert "illegal" not in {r.config["mode"] for r in b.trials}  # pruned: it never reached the child
+    assert len(b.trials) == 9  # every runnable config once, then the study ends by itself
+    assert [r.number for r in seen] == [r.number for r in b.trials]  # on_trial saw failures too
+    assert b.default.number == 0 and b.default.config == Config.of(mode="ok", delay_ms=6)
+    assert b.best is not None and b.best.config == Config.of(mode="ok", delay_ms=1)
+    assert b.best.ok and b.speedup is not None and b.speedup > 3
+    assert b.failed_by_status() == {"wrong_result": 1, "compile_error": 1, "crashed": 3, "timeout": 1}
+    assert res.timing == "cpu-interpreter" and res.target == "interp"
+    # The result survives JSON, and the table names every failure.
+    again = TuneResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert again == res
+    assert "timeout 1" in format_tune_table(res)
+
+
+class _LyingRunner:
+    """A runner whose wrong-result candidates come back with the fastest times of all."""
+
+    target = "sm_100"
+
+    def __init__(self, table: dict) -> None:
+        self.sim = SimulatedRunner(table)
+
+    def info(self) -> dict[str, str]:
+        return self.sim.info()
+
+    def evaluate(self, c: Candidate) -> Measurement:
+        m = self.sim.evaluate(c)
+        if c.config["BLOCK_T"] == 16:  # "fastest", and wrong
+            return Measurement(TrialStatus.WRONG_RESULT, time_us=0.001, error="mismatch")
+        return m
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_wrong_result_never_wins_whatever_its_time(table: dict) -> None:
+    res = tune(SIM_KEY, buckets=SIM_BUCKETS[:1], trials=60, search="tpe", runner=_LyingRunner(table))
+    (b,) = res.buckets
+    assert any(r.status is TrialStatus.WRONG_RESULT for r in b.trials)
+    assert b.best is not None and b.best.ok and b.best.config["BLOCK_T"] != 16
+    assert all(r.time_us is None for r in b.trials if not r.ok)  # failed trials carry no time
+    with pytest.raises(ValueError, match="cannot be a bucket's best"):
+        BucketResult(bucket=b.bucket, default=b.default, best=next(r for r in b.trials if not r.ok), trials=b.trials)
+
+
+@pytest.mark.parametrize("search", ["tpe", "random", "grid"])
+def test_searches_on_a_recorded_table(table: dict, search: str) -> None:
+    sim = SimulatedRunner(table)  # raises on any config not in the table: infeasible ones never get here
+    fam = get_family("pack")
+    res = tune(SIM_KEY, buckets=SIM_BUCKETS, trials=25, search=search, seed=7, runner=sim)
+    assert len(res.buckets) == 2 and sim.calls == 50
+    for b in res.buckets:
+        assert len(b.trials) == 25
+        assert b.trials[0].number == 0 and b.default is b.trials[0]
+        assert b.default.config == fam.default_config(SIM_KEY)
+        configs = [r.config.to_json() for r in b.trials]
+        assert len(set(configs)) == len(configs)  # nothing measured twice
+        for r in b.trials:
+            assert fam.space(SIM_KEY).infeasible(r.config) is None
+            assert r.config["backend"] != "gfx950"  # illegal on sm_100: pruned before the runner
+        ok = [r for r in b.trials if r.ok]
+        assert b.best == min(ok, key=lambda r: r.time_us)
+        assert res.timing.startswith("simulated")
+    if search != "grid":
+        assert sum(b.pruned for b in res.buckets) > 0  # the sampler did propose infeasible/illegal points
+
+
+def test_searches_are_deterministic_by_seed(table: dict) -> None:
+    def run(search: str, seed: int) -> list[str]:
+        res = tune(SIM_KEY, buckets=SIM_BUCKETS[:1], trials=15, search=search, seed=seed, runner=SimulatedRunner(table))
+        return [r.config.to_json() for r in res.buckets[0].trials]
+
+    assert run("tpe", 1) == run("tpe", 1)
+    assert run("random", 1) == run("random", 1)
+    assert run("random", 1) != run("random", 2)
+
+
+def test_grid_is_exhaustive_and_finds_the_table_best(table: dict) -> None:
+    b = SIM_BUCKETS[0]
+    n = len(table["buckets"][b.name()]["entries"])
+    res = tune(SIM_KEY, buckets=[b], trials=10_000, search="grid", runner=SimulatedRunner(table))
+    best_us, best_cfg = _best_in_table(table, b)
+    assert len(res.buckets[0].trials) == n  # ends when the grid is done, not at the trial budget
+    assert res.buckets[0].best.time_us == best_us and res.buckets[0].best.config.to_json() == best_cfg
+
+
+def test_tpe_gets_close_to_the_best_on_a_budget(table: dict) -> None:
+    b = SIM_BUCKETS[0]
+    n = len(table["buckets"][b.name()]["entries"])
+    best_us, _ = _best_in_table(table, b)
+    res = tune(SIM_KEY, buckets=[b], trials=n // 4, search="tpe", seed=0, runner=SimulatedRunner(table))
+    assert res.buckets[0].best.time_us <= 1.10 * best_us  # within 10% with a quarter of the grid
+
+
+def test_random_and_tpe_stop_when_every_runnable_config_is_measured(table: dict) -> None:
+    b = SIM_BUCKETS[0]
+    n = len(table["buckets"][b.name()]["entries"])
+    res = tune(SIM_KEY, buckets=[b], trials=10_000, search="random", runner=SimulatedRunner(table))
+    assert len(res.buckets[0].trials) == n
+
+
+def test_time_budget_and_should_stop(table: dict) -> None:
+    class Slow(SimulatedRunner):
+        def evaluate(self, c: Candidate) -> Measurement:
+            time.sleep(0.05)
+            return super().evaluate(c)
+
+    t = time.monotonic()
+    res = tune(SIM_KEY, buckets=SIM_BUCKETS, trials=1000, search="random", time_budget_s=0.6, runner=Slow(table))
+    assert time.monotonic() - t < 2.0
+    assert len(res.buckets) == 2 and all(1 <= len(b.trials) < 20 for b in res.buckets)  # each got its share
+    calls = []
+    res = tune(SIM_KEY, buckets=SIM_BUCKETS, trials=50, runner=SimulatedRunner(table),
+               on_trial=calls.append, should_stop=lambda: len(calls) >= 3)
+    assert len(calls) == 3 and len(res.buckets) == 1 and res.buckets[0].default.number == 0
+    # Stopped before anything ran: no bucket at all, rather than a bucket without its default.
+    assert tune(SIM_KEY, buckets=SIM_BUCKETS, runner=SimulatedRunner(table), should_stop=lambda: True).buckets == ()
+
+
+def test_shared_rdb_study_resumes_without_remeasuring(table: dict, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    b = SIM_BUCKETS[0]
+    first = SimulatedRunner(table)
+    r1 = tune(SIM_KEY, buckets=[b], trials=4, storage=url, runner=first)
+    second = SimulatedRunner(table)
+    r2 = tune(SIM_KEY, buckets=[b], trials=4, storage=url, seed=1, runner=second)
+    assert first.calls == 4 and second.calls == 4  # the default was not measured again
+    assert len(r2.buckets[0].trials) == 8 and r2.buckets[0].default == r1.buckets[0].default
+    assert r2.buckets[0].default.number == 0
+    names = optuna.study.get_all_study_names(storage=url)
+    assert names == [study_name(SIM_KEY, b)] and names[0] == f"{SIM_KEY.slug()}/{b.name()}"
+    # Timings from another clock are stale: measured again, and never mixed into the result.
+    other = dict(table, meta={**table["meta"], "timing": "another-clock"})
+    third = SimulatedRunner(other)
+    r3 = tune(SIM_KEY, buckets=[b], trials=4, storage=url, seed=2, runner=third)
+    assert third.calls == 4 and len(r3.buckets[0].trials) == 4
+    assert r3.buckets[0].default.config == r1.buckets[0].default.config
+    assert r3.buckets[0].default.number > r2.buckets[0].trials[-1].number
+    assert all(r.timing == "simulated:another-clock" for r in r3.buckets[0].trials)
+
+
+def test_key_and_runner_must_agree(table: dict) -> None:
+    with pytest.raises(ValueError, match="runner measures on sm_100"):
+        tune(pack_key("nvfp4_288", "sm_90"), runner=SimulatedRunner(table))
+    with pytest.raises(ValueError, match="unknown search"):
+        tune(SIM_KEY, search="anneal", runner=SimulatedRunner(table))

@@ -1,0 +1,59 @@
+"""The ProblemKey of each kernel for a model shape: one mapping, shared by the CLI, the API and the
+benchmarks, so `kvtune tune` and `POST /v1/tune` can never key the same work differently."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tuner.core import Bucket, ProblemKey
+
+DECODE_FORMATS = ("nvfp4_288", "fp8_528")  # (compressed cache, sliding-window cache): V4.1
+LOGITS_FORMATS = ("mxfp4_68", "fp8")  # (indexer K cache, query dtype)
+PACK_FORMAT = "nvfp4_288"
+LOGITS_HEADS = 64  # index heads of the indexer, whatever the attention's local heads
+LOGITS_HEAD_DIM = 128
+DECODE_HEAD_DIM = 512
+
+
+def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: int = 128,
+             formats: Sequence[str] | None = None) -> ProblemKey:
+    """pack: the record format on an arch (heads/topk/window do not apply);
+    decode: (comp_fmt, win_fmt), head_dim 512; logits: (cache_fmt, q_dtype), 64 index heads x 128,
+    no window."""
+    fm = tuple(formats) if formats else ()
+    if kernel == "pack":
+        from tuner.kernels.pack import pack_key
+
+        if len(fm) > 1:
+            raise ValueError(f"pack takes one record format, got {list(fm)}")
+        return pack_key(fm[0] if fm else PACK_FORMAT, arch)
+    if kernel == "decode":
+        fm = fm or DECODE_FORMATS
+        if len(fm) != 2:
+            raise ValueError(f"decode takes two formats (compressed, window), got {list(fm)}")
+        return ProblemKey("decode", arch, heads=heads, topk=topk, window=window, formats=fm, head_dim=DECODE_HEAD_DIM)
+    if kernel == "logits":
+        fm = fm or LOGITS_FORMATS
+        if len(fm) != 2:
+            raise ValueError(f"logits takes (cache format, query dtype), got {list(fm)}")
+        return ProblemKey("logits", arch, heads=LOGITS_HEADS, topk=topk, window=0, formats=fm, head_dim=LOGITS_HEAD_DIM)
+    raise ValueError(f"unknown kernel {kernel!r}; known: pack, decode, logits")
+
+
+def parse_buckets(spec: str, defaults: Sequence[Bucket]) -> list[Bucket]:
+    """`"1-1,2-4,5-8"` (or `"16"`, or `"1-64@4096"` for a context length) -> buckets of the
+    family's batch dimension; without `@ctx` a bucket takes the context of the family's defaults."""
+    if not defaults:
+        raise ValueError("the family has no default buckets to take the dimension from")
+    dim, ctx = defaults[0].dim, defaults[0].ctx
+    out = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        rng, _, c = part.partition("@")
+        lo, _, hi = rng.partition("-")
+        try:
+            out.append(Bucket(dim, int(lo), int(hi or lo), int(c) if c else ctx))
+        except ValueError as e:
+            raise ValueError(f"bad bucket {part!r} (want lo-hi[@ctx]): {e}") from None
+    if not out:
+        raise ValueError(f"no buckets in {spec!r}")
+    return out

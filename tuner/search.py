@@ -1,0 +1,274 @@
+"""Search a kernel family's space per (problem key, bucket) with Optuna, measuring every candidate
+through a runner (`tuner.bench.BenchRunner` on a device, `SimulatedRunner` on a recorded table).
+
+- One Optuna study per (key, bucket), named `<key.slug()>/<bucket.name()>`, in memory or in the RDB
+  storage passed in (so several workers of one arch can share a study).
+- The kernel's default config is always trial 0 (`enqueue_trial`), so "tuned vs default" is measured
+  in the same run, on the same device, with the same clock.
+- Samples that are infeasible in the space or illegal on the target are told to Optuna as PRUNED
+  without compiling anything; they do not count against the trial budget. Failed candidates
+  (wrong result, compile error, crash, timeout...) are PRUNED too, which TPE ranks below every
+  completed trial, so it learns to avoid them, and they can never be a study's best.
+- A config already measured in the study is not measured again: Optuna is told the recorded result.
+- Budgets: `trials` measured candidates per bucket, and an optional wall-time budget for the whole
+  call, shared out over the buckets still to do. The default config always runs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+from tuner.kernels import get_family
+from tuner.kernels.base import KernelFamily, Space
+from tuner.results import BucketResult, TrialRecord, TuneResult
+
+if TYPE_CHECKING:
+    from tuner.bench import BenchRunner, Runner
+
+SEARCHES = ("tpe", "random", "grid")
+RECORD_ATTR = "kvtune_record"
+PRUNED_ATTR = "kvtune_pruned"
+_EXHAUST_LIMIT = 200_000  # spaces up to this many raw combinations are counted, to stop when all are measured
+
+
+def study_name(key: ProblemKey, bucket: Bucket) -> str:
+    return f"{key.slug()}/{bucket.name()}"
+
+
+def make_sampler(search: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    """TPE (default), random, or the sampler of a grid search (which enqueues every point itself)."""
+    if search == "tpe":
+        # Multivariate TPE models the joint effect of tile sizes and warps; a short random start
+        # (a quarter of the budget, 4..10) leaves most of a small budget to the model.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=max(4, min(10, trials // 4)))
+    if search in ("random", "grid"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"unknown search {search!r}; known: {list(SEARCHES)}")
+
+
+@dataclass
+class _Budget:
+    trials: int
+    deadline: float | None
+    should_stop: Callable[[], bool] | None
+
+    def stop(self, measured: int) -> bool:
+        if self.should_stop is not None and self.should_stop():
+            return True
+        if measured >= self.trials:
+            return True
+        # The default (the first measurement) always runs, whatever the clock says.
+        return measured > 0 and self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _grid_order(space: Space, default: Config) -> Iterator[Config]:
+    """The exhaustive grid in the space's order, the default first."""
+    yield default
+    for c in space.grid():
+        if c != default:
+            yield c
+
+
+def _count_runnable(space: Space, fam: KernelFamily, target: str) -> int | None:
+    if math.prod(len(p.choices) for p in space.params) > _EXHAUST_LIMIT:
+        return None
+    return sum(1 for c in space.grid() if fam.legality(fam.variant_of(c), target) is None)
+
+
+def _why_pruned(space: Space, fam: KernelFamily, target: str, config: Config) -> str | None:
+    why = space.infeasible(config)
+    if why:
+        return f"infeasible: {why}"
+    illegal = fam.legality(fam.variant_of(config), target)
+    return f"illegal on {target}: {illegal}" if illegal else None
+
+
+def _records(study: optuna.Study, current: Callable[[TrialRecord], bool] = lambda r: True) -> list[TrialRecord]:
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        d = t.user_attrs.get(RECORD_ATTR)
+        if d is not None:
+            rec = TrialRecord.from_json(d)
+            if current(rec):
+                out.append(rec)
+    return sorted(out, key=lambda r: r.number)
+
+
+class _Current:
+    """Whether a record found in a (shared, persistent) study still describes this build and clock:
+    a trial measured on an older template (another source hash) or on another clock is stale, and
+    its config is measured again rather than trusted."""
+
+    def __init__(self, fam: KernelFamily, key: ProblemKey, timing: str) -> None:
+        self.fam, self.key, self.timing = fam, key, timing
+        self._hash: dict[str, str | None] = {}
+
+    def source_hash(self, config: Config) -> str | None:
+        k = config.to_json()
+        if k not in self._hash:
+            try:
+                self._hash[k] = self.fam.render(self.key, config).source_hash
+            except Exception:  # a config that does not render has no current source
+                self._hash[k] = None
+        return self._hash[k]
+
+    def __call__(self, rec: TrialRecord) -> bool:
+        if rec.source_hash and rec.source_hash != self.source_hash(rec.config):
+            return False
+        return not (rec.ok and rec.timing and self.timing and rec.timing != self.timing)
+
+
+def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
+                search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
+                on_trial: Callable[[TrialRecord], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> BucketResult | None:
+    """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
+    (stopped before the default ran)."""
+    from tuner.bench import Candidate
+
+    fam = get_family(family)
+    target = runner.target
+    space = fam.space(key)
+    default = fam.default_config(key)
+    names = space.names()
+    study = optuna.create_study(study_name=study_name(key, bucket), storage=storage, direction="minimize",
+                                sampler=make_sampler(search, seed, trials), load_if_exists=True)
+    # Several workers may share the study: what is already measured is reused, never re-measured
+    # (unless it is stale: another template source or another clock).
+    current = _Current(fam, key, runner.info().get("timing", ""))
+    seen: dict[str, TrialRecord] = {r.config.to_json(): r for r in _records(study, current)}
+    # Waiting (enqueued, not yet asked) trials keep their params in system_attrs["fixed_params"].
+    has_default = default.to_json() in seen or any(
+        t.state is TrialState.WAITING and Config.from_dict(t.system_attrs.get("fixed_params") or {}) == default
+        for t in study.get_trials(deepcopy=False))
+    grid = _grid_order(space, default) if search == "grid" else None
+    if grid is None and not has_default:
+        study.enqueue_trial(default.as_dict(), user_attrs={"kvtune_default": True})
+    runnable = _count_runnable(space, fam, target)
+    budget = _Budget(trials, deadline, should_stop)
+    measured = samples = pruned = 0
+    max_samples = 50 + 20 * trials  # a space that is mostly infeasible must still end
+
+    while not budget.stop(measured) and samples < max_samples:
+        if runnable is not None and len(seen) >= runnable:
+            break  # every runnable config is measured
+        if grid is not None:
+            nxt = next(grid, None)
+            if nxt is None:
+                break
+            if nxt.to_json() in seen:
+                continue
+            if nxt != default and _why_pruned(space, fam, target, nxt):
+                pruned += 1  # a grid never asks for what it knows it cannot run
+                continue
+            study.enqueue_trial(nxt.as_dict())
+        trial = study.ask()
+        samples += 1
+        config = Config.from_dict({p.name: trial.suggest_categorical(p.name, list(p.choices)) for p in space.params})
+        assert set(config.as_dict()) == set(names)
+        is_default = config == default
+        why = None if is_default else _why_pruned(space, fam, target, config)  # the default always runs
+        if why:
+            trial.set_user_attr(PRUNED_ATTR, why)
+            study.tell(trial, state=TrialState.PRUNED)
+            pruned += 1
+            continue
+        prev = seen.get(config.to_json())
+        if prev is not None:
+            trial.set_user_attr("kvtune_duplicate_of", prev.number)
+            if prev.ok:
+                study.tell(trial, prev.time_us)
+            else:
+                study.tell(trial, state=TrialState.PRUNED)
+            continue
+        try:
+            m = runner.evaluate(Candidate(family, key, bucket, config, seed=seed * 1_000_003 + trial.number))
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)  # never leave a RUNNING trial in a shared study
+            raise
+        ok = m.status is TrialStatus.OK and m.time_us is not None
+        # An "ok" without a time would be a runner bug; it must not become a winner either way.
+        status = m.status if ok or m.status is not TrialStatus.OK else TrialStatus.CRASHED
+        rec = TrialRecord(number=trial.number, bucket=bucket, config=config, status=status,
+                          time_us=m.time_us if ok else None, error=m.error, source_hash=m.source_hash,
+                          compile_stats=m.compile_stats, timing=m.timing)
+        trial.set_user_attr(RECORD_ATTR, rec.to_json())
+        if rec.ok:
+            study.tell(trial, rec.time_us)
+        else:
+            study.tell(trial, state=TrialState.PRUNED)
+        seen[config.to_json()] = rec
+        measured += 1
+        if on_trial is not None:
+            on_trial(rec)
+
+    return _bucket_result(study, bucket, default, pruned, current)
+
+
+def _bucket_result(study: optuna.Study, bucket: Bucket, default: Config, pruned: int,
+                   current: Callable[[TrialRecord], bool]) -> BucketResult | None:
+    recs = [r for r in _records(study, current) if r.bucket == bucket]
+    defaults = [r for r in recs if r.config == default]
+    if not defaults:
+        return None
+    ok = [r for r in recs if r.ok]  # only verified, timed trials can win
+    best = min(ok, key=lambda r: (r.time_us, r.number)) if ok else None
+    return BucketResult(bucket=bucket, default=defaults[0], best=best, trials=tuple(recs), pruned=pruned)
+
+
+def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 32, search: str = "tpe",
+         target: str = "auto", time_budget_s: float | None = None, storage: str | None = None, seed: int = 0,
+         on_trial: Callable[[TrialRecord], None] | None = None, should_stop: Callable[[], bool] | None = None,
+         runner: "BenchRunner | Runner | None" = None, family: str | None = None) -> TuneResult:
+    """Tune `key` bucket by bucket and return per-bucket default vs best (verified) results.
+
+    `family` defaults to `key.kernel` (a registered name or a dotted path); `buckets` default to the
+    family's; `runner` defaults to a `BenchRunner` on `target` that is closed at the end (a runner
+    passed in is left open). `on_trial` is called after every measured trial, failures included;
+    `should_stop` is polled between trials for a clean early exit. A key whose arch is "auto" takes
+    the runner's target.
+    """
+    from tuner.bench import BenchRunner
+
+    if search not in SEARCHES:
+        raise ValueError(f"unknown search {search!r}; known: {list(SEARCHES)}")
+    if trials < 1:
+        raise ValueError("trials must be at least 1 (the default config is trial 0)")
+    fam_name = family or key.kernel
+    fam = get_family(fam_name)
+    own = runner is None
+    run: Any = BenchRunner(target) if runner is None else runner
+    try:
+        tgt = run.target
+        if target not in ("auto", tgt):
+            raise ValueError(f"asked to tune for {target}, but the runner measures on {tgt}")
+        if key.arch == "auto":
+            key = replace(key, arch=tgt)
+        elif key.arch != tgt:
+            raise ValueError(f"key {key.slug()} is for {key.arch}, but the runner measures on {tgt}")
+        todo = list(buckets) if buckets is not None else list(fam.buckets(key))
+        end = None if time_budget_s is None else time.monotonic() + time_budget_s
+        results: list[BucketResult] = []
+        for i, b in enumerate(todo):
+            if should_stop is not None and should_stop():
+                break
+            # Each bucket gets an equal share of what is left, so an early bucket cannot starve the rest.
+            deadline = None if end is None else time.monotonic() + max(0.0, end - time.monotonic()) / (len(todo) - i)
+            r = tune_bucket(run, fam_name, key, b, trials=trials, search=search, seed=seed, storage=storage,
+                            deadline=deadline, on_trial=on_trial, should_stop=should_stop)
+            if r is not None:
+                results.append(r)
+        info = run.info()
+        return TuneResult(key=key, target=tgt, buckets=tuple(results), device_name=info.get("device_name", ""),
+                          triton_version=info.get("triton", ""), torch_version=info.get("torch", ""),
+                          search=search, seed=seed, timing=info.get("timing", ""))
+    finally:
+        if own:
+            run.close()
