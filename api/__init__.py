@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI app factory, routes, auth, limits) and the engine-side client."""

@@ -1,0 +1,1 @@
+"""The service's database: models, migrations, sessions, the job queue, configs and bundles."""

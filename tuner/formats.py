@@ -222,7 +222,7 @@ def dequantize(records: torch.Tensor, fmt: str | RecordFormat) -> torch.Tensor:
         scale = e4m3_decode(srow[:, : f.n_tiles])
     elif f.scale == "ue8m0":
         e = srow[:, : f.n_tiles].int()
-        scale = torch.where(e == 0xFF, torch.full(e.shape, float("nan")), exponent_to_float(e.clamp(max=254)))
+        scale = torch.where(e == 0xFF, torch.full(e.shape, float("nan"), device=e.device), exponent_to_float(e.clamp(max=254)))
     else:
         scale = srow[:, :4].contiguous().view(torch.float32).reshape(n, 1)
     out = (vals.reshape(n, f.n_tiles, f.tile) * scale[..., None]).reshape(n, f.qdims)

@@ -352,9 +352,9 @@ def warm(keys: Sequence[WarmupKey], sources: Mapping[str, str]) -> WarmReport:
                 raise KeyError(f"no source for {k.source_hash} (kernel {k.kernel})")
             mod = R.load(R.Rendered(f"{k.kernel}.py.j2", src))
             fn = getattr(mod, k.fn)
-            args = [_stand_in_value(a) for a in k.args if a.type != "constexpr"]
-            consts = {a.name: a.spec for a in k.args if a.type == "constexpr"}
-            fn.warmup(*args, grid=(1,), num_warps=k.num_warps, num_stages=k.num_stages, **consts)
+            # By name: an int that specialised to the constant 1 is a constexpr here, not a positional.
+            bound = {a.name: _stand_in_value(a) for a in k.args}
+            fn.warmup(grid=(1,), num_warps=k.num_warps, num_stages=k.num_stages, **bound)
         compiled = len(seen)
     return WarmReport(keys=len(keys), compiled=compiled, seconds=time.perf_counter() - t0, skipped=tuple(stale))
 

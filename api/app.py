@@ -1,0 +1,43 @@
+"""The FastAPI app factory. Settings are built here (or passed in), never at import."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+
+from db import migrate
+from db.session import Database
+
+from api import errors
+from api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
+from api.routes import configs, health, jobs, tune
+from api.settings import Settings
+
+
+def create_app(settings: Settings | None = None, *, db: Database | None = None) -> FastAPI:
+    settings = settings or Settings()
+    db = db or Database(settings.database_url)
+    if settings.auto_migrate:
+        migrate.upgrade(db)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        db.dispose()
+
+    app = FastAPI(title="kvtune", version="0.1.0", description="Tuned Triton configs for KV-cache attention kernels",
+                  lifespan=lifespan)
+    app.state.settings = settings
+    app.state.db = db
+    app.state.request_metrics = RequestMetrics()
+    errors.install(app)
+    for router in (tune.router, jobs.router, configs.router, health.router):
+        app.include_router(router)
+    # Added inside-out: metrics sees every response, auth runs before the body is read.
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(WriteAuthMiddleware, token=settings.token())
+    app.add_middleware(MetricsMiddleware, metrics=app.state.request_metrics)
+
+    return app

@@ -1,0 +1,101 @@
+"""Turn a tune request into a job spec, or say clearly why not (InvalidRequest -> 422), before
+anything is queued."""
+
+from __future__ import annotations
+
+from db.bundles import make_key
+from db.errors import InvalidRequest
+from db.jobs import JobSpec
+from tuner.core import Bucket, ProblemKey
+
+from api.schemas import TuneRequest
+from api.settings import Settings
+
+
+def check_arch(arch: str) -> None:
+    from tuner.targets import TARGETS
+
+    if arch not in TARGETS:
+        raise InvalidRequest(f"unknown arch {arch!r}; known: {sorted(TARGETS)}")
+
+
+def check_kernel(kernel: str) -> None:
+    """Only registered names: the family registry also takes dotted import paths, which must never
+    be reachable from a request."""
+    from tuner.kernels import family_names, get_family
+
+    if kernel not in family_names():
+        raise InvalidRequest(f"unknown kernel {kernel!r}; known: {list(family_names())}")
+    try:
+        get_family(kernel)
+    except ImportError as e:
+        raise InvalidRequest(f"kernel {kernel!r} is not available in this build: {e}") from None
+
+
+def check_shape(settings: Settings, heads: int, topk: int, window: int) -> None:
+    for name, value, hi in (("heads", heads, settings.max_heads), ("topk", topk, settings.max_topk),
+                            ("window", window, settings.max_window)):
+        if value > hi:
+            raise InvalidRequest(f"{name}={value} is larger than this service accepts ({hi})")
+
+
+def check_formats(formats: list[str] | None) -> None:
+    from tuner.formats import FORMATS
+
+    for f in formats or ():
+        if f not in FORMATS:
+            raise InvalidRequest(f"unknown record format {f!r}; known: {sorted(FORMATS)}")
+
+
+def key_for(kernel: str, arch: str, heads: int, topk: int, window: int, formats: list[str] | None) -> ProblemKey:
+    try:
+        return make_key(kernel, arch, heads, topk, window, formats)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise InvalidRequest(f"cannot build a {kernel} key from this request: {e}") from None
+
+
+def tune_spec(req: TuneRequest, settings: Settings, submitted_by: str | None = None) -> JobSpec:
+    check_kernel(req.kernel)
+    check_arch(req.arch)
+    check_shape(settings, req.heads, req.topk, req.window)
+    check_formats(req.formats)
+    if req.trials > settings.max_trials:
+        raise InvalidRequest(f"trials={req.trials} is more than this service accepts ({settings.max_trials})")
+    if req.time_budget_s is not None and req.time_budget_s > settings.max_time_budget_s:
+        raise InvalidRequest(f"time_budget_s={req.time_budget_s} is more than {settings.max_time_budget_s}")
+    key = key_for(req.kernel, req.arch, req.heads, req.topk, req.window, req.formats)
+
+    from tuner.kernels import get_family
+
+    family = get_family(key.kernel)
+    try:
+        family.space(key)  # formats a family cannot read show up here
+        default_buckets = family.buckets(key)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise InvalidRequest(f"{key.kernel} cannot be tuned for {key.slug()}: {e}") from None
+
+    buckets: tuple[Bucket, ...] | None = None
+    if req.buckets:
+        if len(req.buckets) > settings.max_buckets:
+            raise InvalidRequest(f"{len(req.buckets)} buckets; at most {settings.max_buckets}")
+        dims = sorted({b.dim for b in default_buckets})
+        out = []
+        for b in req.buckets:
+            if b.dim not in dims:
+                raise InvalidRequest(f"bucket dim {b.dim!r} is not a batch dimension of {key.kernel} (use {dims})")
+            if b.hi > settings.max_bucket_size:
+                raise InvalidRequest(f"bucket {b.dim}{b.lo}-{b.hi} is larger than {settings.max_bucket_size}")
+            try:
+                out.append(Bucket(b.dim, b.lo, b.hi, b.ctx))
+            except ValueError as e:
+                raise InvalidRequest(str(e)) from None
+        # Coverage is explicit: two buckets claiming the same batch size would make lookups ambiguous.
+        for i, a in enumerate(out):
+            for b2 in out[i + 1:]:
+                if a.dim == b2.dim and a.ctx == b2.ctx and a.lo <= b2.hi and b2.lo <= a.hi:
+                    raise InvalidRequest(f"buckets {a.name()} and {b2.name()} overlap")
+        buckets = tuple(out)
+    return JobSpec(
+        key=key, buckets=buckets, trials=req.trials, search=req.search, time_budget_s=req.time_budget_s,
+        seed=req.seed, max_attempts=settings.max_attempts, submitted_by=submitted_by,
+    )
