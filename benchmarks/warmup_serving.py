@@ -56,6 +56,8 @@ def make_keys(target: str) -> tuple[list[dict], dict[str, str], float]:
             # Recorded on the device itself: launchers size some launch arguments from it (decode's
             # automatic split count follows the SM count), so keys belong to a device model.
             keys += [k.to_json() for k in keys_for(item["kernel"], item["key"], cfg, bucket, target, device="cuda")]
+    # Buckets that share a config share binaries: a bundle lists each key once.
+    keys = list({json.dumps(k, sort_keys=True): k for k in keys}.values())
     return keys, sources, time.perf_counter() - t0
 
 
@@ -114,7 +116,7 @@ def phase(args: argparse.Namespace) -> int:
     except CompiledWhileServing as e:
         report["guard_raised"] = str(e)[:500]
     report["serving_compiles"] = len(seen)
-    report["first_compiles"] = [s[:300] for s in seen[:3]]
+    report["first_compiles"] = seen[:4]
     print(json.dumps(report))
     return 0
 
@@ -146,7 +148,8 @@ def main() -> int:
             return 1
         results[ph] = json.loads(res.stdout.strip().splitlines()[-1])
     print(json.dumps(results, indent=1))
-    keys_file.unlink()  # sources are large; the keys are summarised in the result
+    # The keys themselves are kept (without the sources, which are large) for inspection.
+    keys_file.write_text(json.dumps({"keys": keys}, indent=0))
     md = (f"# warmup before serving\n\n{results['provenance']['gpu']} ({target}), torch {results['provenance']['torch']}, "
           f"triton {results['provenance']['triton']}, {results['provenance']['date']}\n\n"
           f"{len(keys)} warmup keys (pack nvfp4_288 + decode nvfp4_288/fp8_528, every serving bucket), enumerated in "

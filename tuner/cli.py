@@ -37,7 +37,7 @@ def _cmd_pack_demo(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tuner.demo import main_demo
 
-    return main_demo()
+    return main_demo(trials=args.trials, time_budget_s=args.time_budget)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     pd.set_defaults(func=_cmd_pack_demo)
 
     d = sub.add_parser("demo", help="the main job: what the README's first command runs")
+    d.add_argument("--trials", type=int, default=None, help="trials per bucket (default: 24 on a GPU, 2 on the interpreter)")
+    d.add_argument("--time-budget", type=float, default=None, help="seconds for the whole tune job")
     d.set_defaults(func=_cmd_demo)
 
     sv = sub.add_parser("serve", help="the HTTP API (settings from KVTUNE_* environment variables)")

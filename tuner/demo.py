@@ -65,7 +65,7 @@ def _fmt_us(v: float | None) -> str:
     return "-" if v is None else (f"{v / 1000:9.1f} ms" if v >= 10_000 else f"{v:9.2f} us")
 
 
-def main_demo() -> int:
+def main_demo(trials: int | None = None, time_budget_s: float | None = None) -> int:
     """The service end to end on this machine: the API on a fresh SQLite database and one local
     worker process, a tune job for the seed shape on the local GPU (or Triton's interpreter: then a
     deliberately small job, one T=1 bucket and 2 trials), and the engine client's view of the result."""
@@ -103,7 +103,10 @@ def main_demo() -> int:
                     return 1
                 time.sleep(0.2)
             request = {"kernel": "decode", "arch": arch, **SEED_SHAPE, "search": "tpe"}
-            request.update({"buckets": [{"dim": "T", "lo": 1, "hi": 1}], "trials": 2} if small else {"trials": 24})
+            request.update({"buckets": [{"dim": "T", "lo": 1, "hi": 1}], "trials": trials or 2} if small
+                           else {"trials": trials or 24})
+            if time_budget_s:
+                request["time_budget_s"] = time_budget_s
             job = client.submit_tune(**request)
             print(f"POST /v1/tune -> job {job['id']} ({job['key_slug']}), {request['trials']} trials per bucket")
             last = [-1]

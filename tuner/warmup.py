@@ -62,31 +62,40 @@ class ArgSpec:
 
 @dataclass(frozen=True)
 class WarmupKey:
-    """One binary: a kernel function of a generated module, with its launch options and the
-    specialisation of every argument. `triton` is the version the key was made for."""
+    """One binary: a kernel function of a generated module, the specialisation of every argument,
+    and the launch options exactly as the launcher passes them. Order and presence matter: Triton
+    keys its in-memory cache on `str(options)`, so `num_stages=3` passed explicitly and the same
+    default left out are two cache entries. `triton` is the version the key was made for."""
 
     kernel: str  # family
     source_hash: str
     fn: str
     args: tuple[ArgSpec, ...]
-    num_warps: int
-    num_stages: int
+    options: tuple[tuple[str, Any], ...]
     target: str
     triton: str = field(default_factory=lambda: triton.__version__)
+
+    @property
+    def num_warps(self) -> int:
+        return int(dict(self.options).get("num_warps", 4))  # Triton's defaults when not passed
+
+    @property
+    def num_stages(self) -> int:
+        return int(dict(self.options).get("num_stages", 3))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "source_hash": self.source_hash, "fn": self.fn,
-            "args": [a.to_json() for a in self.args], "num_warps": self.num_warps,
-            "num_stages": self.num_stages, "target": self.target, "triton": self.triton,
+            "args": [a.to_json() for a in self.args], "options": [list(o) for o in self.options],
+            "target": self.target, "triton": self.triton,
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WarmupKey:
         return cls(
             kernel=str(d["kernel"]), source_hash=str(d["source_hash"]), fn=str(d["fn"]),
-            args=tuple(ArgSpec.from_json(a) for a in d["args"]), num_warps=int(d["num_warps"]),
-            num_stages=int(d["num_stages"]), target=str(d["target"]), triton=str(d["triton"]),
+            args=tuple(ArgSpec.from_json(a) for a in d["args"]),
+            options=tuple((str(k), v) for k, v in d["options"]), target=str(d["target"]), triton=str(d["triton"]),
         )
 
 
@@ -292,11 +301,10 @@ def keys_for(
             opts = la.options
             for specs in launch_specs(la, backend, pools):
                 wk = WarmupKey(
-                    kernel=family_name, source_hash=_source_hash_of(la.fn, rendered), fn=la.fn.fn.__name__ if hasattr(la.fn, "fn") else str(la.fn),
-                    args=specs, num_warps=int(opts.get("num_warps", 4)), num_stages=int(opts.get("num_stages", 3)),
-                    target=target,
+                    kernel=family_name, source_hash=_source_hash_of(la.fn, rendered), fn=la.fn.fn.__name__,
+                    args=specs, options=tuple((k, _plain(v)) for k, v in opts.items()), target=target,
                 )
-                out[(wk.fn, wk.source_hash, wk.args, wk.num_warps, wk.num_stages)] = wk
+                out[(wk.fn, wk.source_hash, wk.args, wk.options)] = wk
     return list(out.values())
 
 
@@ -353,8 +361,9 @@ def warm(keys: Sequence[WarmupKey], sources: Mapping[str, str]) -> WarmReport:
             mod = R.load(R.Rendered(f"{k.kernel}.py.j2", src))
             fn = getattr(mod, k.fn)
             # By name: an int that specialised to the constant 1 is a constexpr here, not a positional.
+            # Options exactly as the launcher passed them (see WarmupKey).
             bound = {a.name: _stand_in_value(a) for a in k.args}
-            fn.warmup(grid=(1,), num_warps=k.num_warps, num_stages=k.num_stages, **bound)
+            fn.warmup(grid=(1,), **bound, **dict(k.options))
         compiled = len(seen)
     return WarmReport(keys=len(keys), compiled=compiled, seconds=time.perf_counter() - t0, skipped=tuple(stale))
 
