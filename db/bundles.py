@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from sqlalchemy.orm import Session
 
+from db import warmup as db_warmup
 from db.configs import active_configs, record_miss, store_sources
 from db.models import KernelConfig
 from db.session import Database
@@ -31,9 +32,10 @@ def _overlaps(a: Bucket, b: Bucket) -> bool:
     return a.dim == b.dim and a.ctx == b.ctx and a.lo <= b.hi and b.lo <= a.hi
 
 
-def _tuned_entry(c: KernelConfig) -> dict[str, Any]:
+def _tuned_entry(c: KernelConfig, wk: Any = None) -> dict[str, Any]:
     speedup = c.default_time_us / c.time_us if c.time_us and c.default_time_us else None
     return {
+        "warmup": {"target": wk.target, "triton_version": wk.triton_version, "keys": wk.keys} if wk else None,
         "bucket": c.bucket_json,
         "name": c.bucket,
         "default": False,
@@ -78,7 +80,8 @@ def build_bundle(
         misses: list[str] = []
         for name, key, family in plans:
             tuned = active_configs(s, key.slug())
-            entries = [_tuned_entry(c) for c in tuned]
+            stored_keys = db_warmup.load(s, [c.id for c in tuned])
+            entries = [_tuned_entry(c, stored_keys.get(c.id)) for c in tuned]
             tuned_buckets = [Bucket.from_json(c.bucket_json) for c in tuned]
             default_cfg = family.default_config(key)
             defaults = [b for b in family.buckets(key) if not any(_overlaps(b, t) for t in tuned_buckets)]
@@ -90,7 +93,7 @@ def build_bundle(
                     entries.append({
                         "bucket": b.to_json(), "name": b.name(), "default": True, "config": default_cfg.as_dict(),
                         "source_hash": rendered.source_hash, "time_us": None, "default_config": default_cfg.as_dict(),
-                        "default_time_us": None, "speedup": None, "provenance": None,
+                        "default_time_us": None, "speedup": None, "provenance": None, "warmup": None,
                     })
             if not tuned:
                 misses.append(key.slug())
@@ -102,6 +105,7 @@ def build_bundle(
             "arch": arch, "heads": heads, "topk": topk, "window": window,
             "formats": list(formats) if formats else None,
             "kernels": out, "misses": misses, "unavailable": skipped,
+            "warmup": db_warmup.merge(out),
         }
 
     return db.run(tx)

@@ -7,7 +7,7 @@ the same commit, so an engine never sees half a run.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -37,11 +37,14 @@ def store_sources(s: Session, sources: Iterable[tuple[str, str, str]]) -> None:
 
 
 def publish(
-    s: Session, *, job_id: int | None, key: ProblemKey, result: TuneResult, source_hashes: dict[str, str]
+    s: Session, *, job_id: int | None, key: ProblemKey, result: TuneResult, source_hashes: dict[str, str],
+    warmup_keys: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Make each bucket's verified winner the active config of (key, bucket), superseding the old one.
-    `source_hashes` maps bucket name -> the winner's source hash (its source stored by the caller).
+    `source_hashes` maps bucket name -> the winner's source hash (its source stored by the caller);
+    `warmup_keys` maps bucket name -> the winner's warmup keys (tuner.warmup), stored with it.
     Returns the per-bucket summary the job keeps as its final `best`."""
+    from db import warmup as db_warmup
     slug = key.slug()
     if s.get_bind().dialect.name == "postgresql":
         # Serialise publishers of one key so the second sees (and supersedes) the first's rows.
@@ -59,8 +62,7 @@ def publish(
             .where(KernelConfig.key_slug == slug, KernelConfig.bucket == name, KernelConfig.active.is_(True))
             .values(active=False)
         )
-        s.add(
-            KernelConfig(
+        row = KernelConfig(
                 key_slug=slug, key_json=key.to_json(), kernel=key.kernel, arch=key.arch, heads=key.heads,
                 topk=key.topk, window=key.window, bucket=name, bucket_json=br.bucket.to_json(),
                 params=br.best.config.as_dict(), source_hash=source_hashes[name], time_us=br.best.time_us,
@@ -69,8 +71,11 @@ def publish(
                 timing=br.best.timing, trials_run=len(br.trials), trials_failed=failed or None,
                 triton_version=result.triton_version, torch_version=result.torch_version,
                 device_name=result.device_name, job_id=job_id, active=True, created_at=now,
-            )
         )
+        s.add(row)
+        if warmup_keys and warmup_keys.get(name) is not None:
+            s.flush()  # the row's id
+            db_warmup.store(s, row.id, warmup_keys[name], result.target, result.triton_version)
         summary[name] = {
             "published": True, "params": br.best.config.as_dict(), "time_us": br.best.time_us,
             "default_time_us": br.default.time_us if br.default.ok else None, "speedup": br.speedup,

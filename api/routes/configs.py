@@ -55,6 +55,27 @@ def get_configs(
     return Response(content=body, media_type="application/json", headers=headers)
 
 
+@router.get("/warmup-keys")
+def get_warmup_keys(
+    arch: Annotated[str, Query(max_length=32)],
+    heads: Annotated[int, Query(ge=1)],
+    topk: Annotated[int, Query(ge=1)],
+    window: Annotated[int, Query(ge=0)],
+    formats: Annotated[str | None, Query(max_length=200, description="comma-separated record formats")] = None,
+    db: Database = Depends(get_db),
+    settings: Settings = Depends(get_settings),
+) -> dict:
+    """The bundle's warmup keys on their own: every binary to compile at startup, each once, with the
+    Triton versions they were made for, the source hashes they need, and the buckets without keys.
+    A lookup here is not a miss (the bundle request that comes with it records that)."""
+    check_arch(arch)
+    check_shape(settings, heads, topk, window)
+    fmts = [f for f in (formats or "").split(",") if f] or None
+    check_formats(fmts)
+    bundle = build_bundle(db, arch=arch, heads=heads, topk=topk, window=window, formats=fmts, record_misses=False)
+    return bundle["warmup"]
+
+
 @router.get("/kernels/{source_hash}", response_class=PlainTextResponse)
 def get_kernel_source(
     source_hash: Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$")], db: Database = Depends(get_db)
