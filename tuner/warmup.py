@@ -280,7 +280,9 @@ def keys_for(
     """Every warmup key one (kernel, config, bucket) hits on `target`.
 
     `make_inputs(n)` builds inputs for size n; by default the family's own `make_inputs` for a
-    one-size bucket on `device`. Inputs are small: pool pointers get their large class added by
+    one-size bucket on `device`. Only the bucket's own dimension is probed: a launch argument that
+    follows something else (logits' context length, at the bucket's `ctx` here) keeps the classes
+    it has there, so an engine whose contexts vary needs buckets per context range. Inputs are small: pool pointers get their large class added by
     `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
     launchers that size launches from the device (e.g. by its SM count) must be recorded on one.
     """

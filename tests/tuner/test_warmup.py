@@ -142,3 +142,69 @@ def test_no_compiles_guard_sees_the_hook_triton_calls_before_compiling() -> None
         knobs.runtime.jit_cache_hook(key="a", repr="x")
         knobs.runtime.jit_cache_hook(key="b", repr="y")
     assert seen == ["x", "y"]
+
+
+def _big_view(like: torch.Tensor) -> torch.Tensor:
+    """A cache with the same page layout as `like` whose storage is over 2 GiB (never touched)."""
+    pages = 2**31 // like.shape[1] + 8
+    return torch.empty((pages, like.shape[1]), dtype=torch.uint8)[: like.shape[0]]
+
+
+def _record_specs(family: str, key, config, inputs: dict, target: str) -> set[tuple]:  # noqa: ANN001
+    from tuner.kernels import get_family
+
+    backend = backend_class(target)
+    with record_launches() as launches:
+        get_family(family).run(key, config, inputs)
+    out = set()
+    for la in launches:
+        consts = {p for p in la.arg_names if p.isupper()}  # the templates' constexprs are UPPER_CASE
+        row = []
+        for name, v in la.bound().items():
+            if name in consts or isinstance(v, bool) or v is None:
+                row.append((name, "constexpr", v))
+            elif isinstance(v, float):
+                row.append((name, "fp32", ""))
+            else:
+                row.append((name,) + classify(v, backend))
+        out.add((la.fn.fn.__name__, tuple(row)))
+    return out
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm_90"])
+@pytest.mark.parametrize("family,bucket,pools", [
+    ("decode", Bucket("T", 1, 4), ("comp_cache", "win_cache")),
+    ("logits", Bucket("B", 1, 3, 200), ("cache",)),
+])
+def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...], target: str) -> None:
+    """Decode and logits on real argument sets: every size of the bucket, each pool small, or a
+    small view of a storage over 2 GiB; what Triton specialises must be among the keys."""
+    from tuner.kernels import get_family
+    from tuner.keys import make_key
+
+    formats = ("nvfp4_288", "fp8_528") if family == "decode" else ("mxfp4_68", "fp8")
+    key = make_key(family, target, 64 if family == "logits" else 16, 512, 128 if family == "decode" else 0, formats)
+    fam = get_family(family)
+    cfg = fam.default_config(key)
+    keys = keys_for(family, key, cfg, bucket, target)
+    specs = {(k.fn, tuple((a.name, a.type, a.spec) for a in k.args)) for k in keys}
+    seen: set[tuple] = set()
+    for n in range(bucket.lo, bucket.hi + 1):
+        base = fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), "cpu", seed=100 + n)
+        for big in [(), *[(p,) for p in pools], pools]:
+            inputs = dict(base, **{p: _big_view(base[p]) for p in big})
+            real = _record_specs(family, key, cfg, inputs, target)
+            missing = real - specs
+            assert not missing, f"{family} {target} n={n} pools over 2 GiB {big}: no key for {sorted(missing)[0]}"
+            seen |= real
+    assert seen == specs, f"keys never hit: {specs - seen}"
+    if target == "gfx950":
+        # Each pool's pointer comes in both pointer-range classes; NVIDIA has no such class.
+        for k in keys:
+            assert all(a.spec in ("D", "DS") for a in k.args if a.type.startswith("*"))
+        pool_specs = {a.spec for k in keys for a in k.args if a.name == _ptr(family)}
+        assert pool_specs == {"D", "DS"}
+
+
+def _ptr(family: str) -> str:
+    return "comp_ptr" if family == "decode" else "cache_ptr"
