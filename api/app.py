@@ -12,7 +12,7 @@ from db.session import Database
 
 from api import errors
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
-from api.routes import configs, health, jobs, tune
+from api.routes import configs, dashboard, health, jobs, tune
 from api.settings import Settings
 
 
@@ -33,7 +33,7 @@ def create_app(settings: Settings | None = None, *, db: Database | None = None) 
     app.state.db = db
     app.state.request_metrics = RequestMetrics()
     errors.install(app)
-    for router in (tune.router, jobs.router, configs.router, health.router):
+    for router in (tune.router, jobs.router, configs.router, health.router, dashboard.router):
         app.include_router(router)
     # Added inside-out: metrics sees every response, auth runs before the body is read.
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)

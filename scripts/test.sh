@@ -3,6 +3,8 @@
 # and cross-compilation stand in for it). The README's test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The dashboard tests drive Debian's headless Chromium (CI runs as root; no browser download).
+command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch==2.13.0 named first takes the CPU build on this machine's disk instead of a CUDA download.
