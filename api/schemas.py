@@ -34,3 +34,7 @@ class TuneRequest(BaseModel):
     search: Literal["tpe", "random", "grid"] = "tpe"
     time_budget_s: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = 0
+    # Distributed mode: every free worker of `arch` may join the job and share its Optuna studies;
+    # `trials` stays the budget per bucket for the whole job. `max_workers` caps the participants.
+    distributed: Annotated[bool, Field(strict=True)] = False
+    max_workers: Annotated[int | None, Field(strict=True, ge=1)] = None

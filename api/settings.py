@@ -2,16 +2,36 @@
 
 Built where it is used (the app factory, the worker's entry point), never at import, so tests and
 tools can construct their own.
+
+Secrets (the API token, a database URL with its password) can also come from files: with
+`KVTUNE_SECRETS_DIR=/run/secrets` (what docker/compose.yaml sets), a file named after the variable
+(`kvtune_api_token`, `kvtune_database_url`; case does not matter) supplies it, so compose secrets
+work without putting the value in the environment. The environment wins over a file.
 """
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SecretsSettingsSource, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KVTUNE_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[Any, ...]:
+        # Read when a Settings is built (not at import), and only when asked for: a fixed secrets_dir
+        # would warn on every machine that has no such directory.
+        secrets_dir = os.environ.get("KVTUNE_SECRETS_DIR")
+        files = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir) if secrets_dir else file_secret_settings
+        return init_settings, env_settings, dotenv_settings, files
 
     database_url: str = Field("sqlite:///kvtune.db", description="SQLAlchemy URL; postgresql+psycopg://... for a cluster")
     api_token: SecretStr | None = Field(None, description="bearer token required by every write; unset: writes refused")
@@ -27,14 +47,23 @@ class Settings(BaseSettings):
     max_buckets: int = Field(32, ge=1)
     max_bucket_size: int = Field(1 << 22, ge=1)
     max_attempts: int = Field(3, ge=1, le=100)
+    max_workers_per_job: int = Field(64, ge=1, description="largest max_workers a distributed job may ask for")
 
-    # Workers (the CLI flags --gpu/--arch/--lease override these).
+    # Workers (`kvtune worker` flags override these: --database-url, --gpu, --arch, --concurrency,
+    # --lease, --heartbeat, --poll, --name, --no-join).
     gpu: int | None = Field(None, ge=0, description="the GPU index a worker owns")
     arch: str | None = Field(None, description="a worker's target; default: detected")
     lease_s: float = Field(60.0, gt=0, description="a job's lease; a worker silent this long loses it")
     heartbeat_s: float | None = Field(None, gt=0, description="default: a third of lease_s")
     poll_s: float = Field(1.0, gt=0, description="idle wait between claims")
     worker_tune: str = Field("tuner.search:tune", description="import path of the tune entry point")
+    # Jobs one worker process runs at once, each in its own thread with its own lease. 1 on a GPU:
+    # jobs sharing a device disturb each other's timings. More only for CPU-bound targets (interp)
+    # or a tuner stand-in; the parallelism across GPUs comes from one worker per GPU instead.
+    concurrency: int = Field(1, ge=1, le=64, description="jobs a worker runs in parallel")
+    worker_name: str | None = Field(None, max_length=120,
+                                    description="prefix of the worker's lease owner id (default: host:pid:gpuN)")
+    join_distributed: bool = Field(True, description="join running distributed jobs of the arch when idle")
 
     def heartbeat_interval(self) -> float:
         return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3

@@ -27,6 +27,8 @@ class JobSpec:
     seed: int = 0
     max_attempts: int = 3
     submitted_by: str | None = None
+    distributed: bool = False  # several workers of the arch may run it together, sharing its studies
+    max_workers: int | None = None  # at most this many participants at once (None: no cap)
 
 
 def _insert(s: Session, spec: JobSpec) -> Job:
@@ -46,6 +48,8 @@ def _insert(s: Session, spec: JobSpec) -> Job:
         max_attempts=spec.max_attempts,
         expired_leases=0,
         submitted_by=spec.submitted_by,
+        distributed=spec.distributed,
+        max_workers=spec.max_workers if spec.distributed else None,
         created_at=now,
         updated_at=now,
         progress={"trials_done": 0, "trials_failed": 0},
@@ -153,6 +157,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "trials": job.trials,
         "time_budget_s": job.time_budget_s,
         "search": job.search,
+        "distributed": bool(job.distributed),
+        "max_workers": job.max_workers,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "expired_leases": job.expired_leases,

@@ -74,6 +74,55 @@ class Job(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
+    # Distributed mode (revision 0002): several workers of the job's arch take part in one attempt,
+    # each under its own lease row in job_participants, all sharing the job's Optuna studies.
+    # `max_workers` caps the participants of one attempt (None: as many as come).
+    distributed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    max_workers: Mapped[int | None] = mapped_column(Integer)
+
+
+class ParticipantStatus(str, enum.Enum):
+    ACTIVE = "active"  # tuning; its lease must be renewed
+    PUBLISHING = "publishing"  # the last one to finish: reading the studies and publishing the winners
+    DONE = "done"  # finished its share; someone else publishes
+    PUBLISHED = "published"  # finished and published the job's winners (exactly one per succeeded job)
+    LEFT = "left"  # stopped early (SIGTERM) and said so
+    LOST = "lost"  # its lease expired: fenced out, whatever it still tries to write
+
+
+LIVE_PARTICIPANT = (ParticipantStatus.ACTIVE.value, ParticipantStatus.PUBLISHING.value)
+_PARTICIPANT_VALUES = ", ".join(f"'{s.value}'" for s in ParticipantStatus)
+
+
+class JobParticipant(Base):
+    """One worker's part in one attempt of a distributed job: its own lease (renewed by its own
+    heartbeat) and its fencing token (job_id, attempt, owner). The job row stays the one place every
+    participant's write serialises on (each write first updates it, fenced by attempt and status),
+    so "who finishes last" and "who publishes" are decided under one row lock.
+
+    `slot` numbers the participants of an attempt (0 = the claimer); a participant's sampler seed is
+    the job's seed + slot so that two workers never propose the same sequence. `busy_bucket` is the
+    bucket whose trial budget this participant has reserved one measurement of (see db.queue.reserve)."""
+
+    __tablename__ = "job_participants"
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_PARTICIPANT_VALUES})", name="ck_job_participants_status"),
+        Index("uq_job_participants_owner", "job_id", "attempt", "owner", unique=True),
+        Index("uq_job_participants_slot", "job_id", "attempt", "slot", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    owner: Mapped[str] = mapped_column(String(255))
+    slot: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default=ParticipantStatus.ACTIVE.value)
+    busy_bucket: Mapped[str | None] = mapped_column(String(64))
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[dt.datetime | None]
+    heartbeat_at: Mapped[dt.datetime | None]
+    joined_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
 
 
 class TrialResult(Base):

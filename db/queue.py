@@ -9,6 +9,28 @@ trial row it was about to insert, is rolled back. So a lost worker changes nothi
 Claiming: `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL (concurrent claimers skip each other's
 rows instead of queueing on them); on SQLite the claim runs in a `BEGIN IMMEDIATE` transaction
 (db.session), which serialises claimers on the database's single write lock.
+
+Distributed jobs (`jobs.distributed`): several workers of the job's arch run one attempt together,
+sharing its Optuna studies. The first claims it from the queue as above; others `join` it while it
+runs. Each participant has its own row in `job_participants` with its own lease, and its fencing
+token is (job_id, attempt, owner): every write it makes first updates the job row, fenced by
+(attempt, status running, job lease unexpired), which takes the row lock all participants serialise
+on, then its own participant row, fenced by (owner, status live, its own lease unexpired). The job's
+lease is the latest of its participants' (each heartbeat pushes it out), so the job is re-queued only
+when every participant has gone silent; a new attempt then fences out all old participants at once.
+
+- Budget: `trials` measurements per bucket for the whole attempt, not per participant. Before each
+  measurement a participant `reserve`s one: granted while (trials recorded for the bucket in this
+  attempt) + (other live participants holding a reservation on it) < trials. So the attempt never
+  measures more than the budget, whatever the number of participants.
+- Finishing: a participant whose tuner ran to the end calls `finish`. Under the job row lock it marks
+  participants whose lease expired `lost`, and if another live participant remains it becomes `done`
+  and waits, still heartbeating (`take_over`): if the others die, it publishes once their leases
+  expired; the last one becomes `publishing` (no one can join any more) and publishes the
+  winners read from the shared studies with `complete_shared`, which turns the job `succeeded` and
+  itself `published` in the transaction that writes the configs. Exactly one participant can be the
+  last (the decision is made under the row lock), and a publisher that dies leaves a job whose lease
+  expires and is re-queued: the next attempt reuses every trial already in the studies.
 """
 
 from __future__ import annotations
@@ -17,13 +39,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy import and_, case, insert, literal, select, update
+from sqlalchemy import and_, case, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from db.clock import UTCDateTime, db_after, db_now, utcnow
 from db.errors import Conflict, LeaseLost
-from db.models import Job, JobStatus, TrialResult
+from db.models import LIVE_PARTICIPANT, Job, JobParticipant, JobStatus, ParticipantStatus, TrialResult
 from db.session import Database
 from tuner.core import Bucket, ProblemKey
 from tuner.results import TrialRecord
@@ -44,6 +66,8 @@ class Lease:
     search: str
     time_budget_s: float | None
     seed: int
+    distributed: bool = False  # True: a participant of a distributed job (fenced by its participant row)
+    slot: int = 0  # the participant's number in the attempt; its sampler seed is seed + slot
 
 
 def _fence(s: Session, lease: Lease) -> ColumnElement[bool]:
@@ -89,24 +113,50 @@ def claim(db: Database, *, arch: str, owner: str, lease_s: float) -> Lease | Non
                 lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s), started_at=now, updated_at=now,
                 error=None, progress={"trials_done": 0, "trials_failed": 0}, best=None,
             )
-            .returning(Job.attempt, Job.key_json, Job.buckets, Job.trials, Job.search, Job.time_budget_s, Job.seed)
+            .returning(Job.attempt, Job.key_json, Job.buckets, Job.trials, Job.search, Job.time_budget_s, Job.seed,
+                       Job.distributed)
         ).one_or_none()
         if row is None:  # taken between the select and the update (cannot happen under the locks above)
             return None
-        return Lease(
-            job_id=job_id, attempt=row.attempt, owner=owner, key=ProblemKey.from_json(row.key_json),
-            buckets=tuple(Bucket.from_json(b) for b in row.buckets) if row.buckets else None,
-            trials=row.trials, search=row.search, time_budget_s=row.time_budget_s, seed=row.seed,
-        )
+        if row.distributed:  # the claimer is participant 0 of the new attempt
+            # Whoever was live in an older attempt is fenced out by the attempt already; say so.
+            s.execute(update(JobParticipant).where(
+                JobParticipant.job_id == job_id, JobParticipant.attempt < row.attempt,
+                JobParticipant.status.in_(LIVE_PARTICIPANT)).values(status=ParticipantStatus.LOST.value, busy_bucket=None))
+            _add_participant(s, job_id, row.attempt, owner, 0, lease_s)
+        return _lease(job_id, owner, row, slot=0)
 
     return db.run(tx)
+
+
+def _lease(job_id: int, owner: str, row: Any, *, slot: int) -> Lease:
+    return Lease(
+        job_id=job_id, attempt=row.attempt, owner=owner, key=ProblemKey.from_json(row.key_json),
+        buckets=tuple(Bucket.from_json(b) for b in row.buckets) if row.buckets else None,
+        trials=row.trials, search=row.search, time_budget_s=row.time_budget_s, seed=row.seed,
+        distributed=bool(row.distributed), slot=slot,
+    )
+
+
+def _add_participant(s: Session, job_id: int, attempt: int, owner: str, slot: int, lease_s: float) -> None:
+    now = utcnow()
+    s.execute(insert(JobParticipant).values(
+        job_id=job_id, attempt=attempt, owner=owner, slot=slot, status=ParticipantStatus.ACTIVE.value,
+        busy_bucket=None, trials_done=0, lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s),
+        joined_at=now, finished_at=None,
+    ))
 
 
 def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
     """Extend the lease; False when it is no longer ours (expired, re-claimed, cancelled)."""
 
     def tx(s: Session) -> None:
-        _fenced_update(s, lease, lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s))
+        if lease.distributed:  # a `done` participant waiting to take over publishing keeps its lease too
+            _shared_update(s, lease, job={"lease_expires_at": _later(s, lease_s), "heartbeat_at": db_now(s)},
+                           part={"lease_expires_at": db_after(s, lease_s), "heartbeat_at": db_now(s)},
+                           statuses=(*LIVE_PARTICIPANT, ParticipantStatus.DONE.value))
+        else:
+            _fenced_update(s, lease, lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s))
 
     try:
         db.run(tx)
@@ -135,7 +185,10 @@ def record_trial(
 
 
 def release(db: Database, lease: Lease, reason: str) -> bool:
-    """Give the job back to the queue (a clean shutdown): not counted against max_attempts."""
+    """Give the job back to the queue (a clean shutdown): not counted against max_attempts.
+    A participant of a distributed job leaves it instead (`leave`)."""
+    if lease.distributed:
+        return leave(db, lease, reason)
 
     def tx(s: Session) -> None:
         _fenced_update(s, lease, status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None,
@@ -149,7 +202,16 @@ def release(db: Database, lease: Lease, reason: str) -> bool:
 
 
 def fail(db: Database, lease: Lease, error: str) -> bool:
+    """The job failed (the tuner crashed, nothing verified, ...). For a distributed job a failure of one
+    participant fails the job for all (they are fenced out at their next write): a crash that repeats on
+    every worker must end the job, not bounce it between them."""
+
     def tx(s: Session) -> None:
+        if lease.distributed:
+            _shared_update(s, lease, job=dict(status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
+                                              error=error[:4000], finished_at=utcnow()),
+                           part={"status": ParticipantStatus.LEFT.value, "finished_at": utcnow(), "busy_bucket": None})
+            return
         _fenced_update(s, lease, status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
                        error=error[:4000], finished_at=utcnow())
 
@@ -204,6 +266,275 @@ def requeue_expired(db: Database) -> int:
                 updated_at=utcnow(),
             )
         )
+        _sweep_lost(s)
         return int(r.rowcount)
 
     return db.run(tx)
+
+
+# -- distributed jobs ------------------------------------------------------------------------------
+def _later(s: Session, lease_s: float) -> ColumnElement[Any]:
+    """The job's lease pushed out to now + lease_s, never pulled in: it is the latest of its
+    participants' leases, so one participant's heartbeat cannot shorten another's."""
+    new = db_after(s, lease_s)
+    return case((Job.lease_expires_at > new, Job.lease_expires_at), else_=new)
+
+
+def _shared_fence(s: Session, lease: Lease, statuses: tuple[str, ...] = LIVE_PARTICIPANT) -> ColumnElement[bool]:
+    return and_(
+        JobParticipant.job_id == lease.job_id,
+        JobParticipant.attempt == lease.attempt,
+        JobParticipant.owner == lease.owner,
+        JobParticipant.status.in_(statuses),
+        JobParticipant.lease_expires_at > db_now(s),
+    )
+
+
+def _shared_update(s: Session, lease: Lease, *, job: dict[str, Any] | None = None,
+                   part: dict[str, Any] | None = None, statuses: tuple[str, ...] = LIVE_PARTICIPANT) -> None:
+    """The fenced write of a participant: the job row first (fenced by attempt, running and the job's
+    lease; this takes the row lock every participant of the job serialises on, always in this order,
+    so two participants never deadlock), then its own participant row (fenced by owner, live status
+    and its own lease). Either matching nothing raises LeaseLost and the transaction rolls back."""
+    jv = dict(job or {})
+    jv.setdefault("updated_at", utcnow())
+    r = s.execute(update(Job).where(
+        Job.id == lease.job_id, Job.attempt == lease.attempt, Job.status == JobStatus.RUNNING.value,
+        Job.lease_expires_at > db_now(s),
+    ).values(**jv))
+    if r.rowcount != 1:
+        raise LeaseLost(f"job {lease.job_id} attempt {lease.attempt}: no longer running under this attempt")
+    r = s.execute(update(JobParticipant).where(_shared_fence(s, lease, statuses)).values(**(part or {"heartbeat_at": db_now(s)})))
+    if r.rowcount != 1:
+        raise LeaseLost(f"job {lease.job_id} attempt {lease.attempt}: {lease.owner} is no longer a live participant")
+
+
+def _sweep_lost(s: Session, job_id: int | None = None) -> None:
+    """Participants whose own lease expired become `lost` (they are already fenced out by the clock;
+    this only keeps them out of the counts)."""
+    q = update(JobParticipant).where(JobParticipant.status.in_(LIVE_PARTICIPANT),
+                                     JobParticipant.lease_expires_at < db_now(s))
+    if job_id is not None:
+        q = q.where(JobParticipant.job_id == job_id)
+    s.execute(q.values(status=ParticipantStatus.LOST.value, busy_bucket=None))
+
+
+def _live_others(s: Session, lease: Lease) -> int:
+    return int(s.scalar(select(func.count()).select_from(JobParticipant).where(
+        JobParticipant.job_id == lease.job_id, JobParticipant.attempt == lease.attempt,
+        JobParticipant.owner != lease.owner, JobParticipant.status.in_(LIVE_PARTICIPANT),
+        JobParticipant.lease_expires_at > db_now(s),
+    )) or 0)
+
+
+def join(db: Database, *, arch: str, owner: str, lease_s: float, exclude_owner_prefix: str | None = None) -> Lease | None:
+    """Become one more participant of a running distributed job of `arch`, or None.
+
+    Joinable: running, its lease unexpired, nobody publishing yet, fewer live participants than its
+    `max_workers`, and `owner` not already in this attempt. `exclude_owner_prefix` keeps the slots of
+    one worker process (KVTUNE_CONCURRENCY > 1) from joining the same job twice (one GPU, one study)."""
+    if not _any(db, Job.status == JobStatus.RUNNING.value, Job.arch == arch, Job.distributed.is_(True)):
+        return None
+
+    def tx(s: Session) -> Lease | None:
+        q = (select(Job.id, Job.attempt, Job.max_workers)
+             .where(Job.status == JobStatus.RUNNING.value, Job.arch == arch, Job.distributed.is_(True),
+                    Job.lease_expires_at > db_now(s))
+             .order_by(Job.id).limit(20))
+        if s.get_bind().dialect.name == "postgresql":
+            q = q.with_for_update(skip_locked=True)  # a job whose row a participant holds is tried next poll
+        for job in s.execute(q).all():
+            _sweep_lost(s, job.id)
+            parts = s.execute(select(JobParticipant.owner, JobParticipant.slot, JobParticipant.status).where(
+                JobParticipant.job_id == job.id, JobParticipant.attempt == job.attempt)).all()
+            live = [p for p in parts if p.status in LIVE_PARTICIPANT]
+            if any(p.status == ParticipantStatus.PUBLISHING.value for p in parts):
+                continue  # the winners are being published: too late to help
+            if any(p.owner == owner for p in parts):
+                continue
+            if exclude_owner_prefix and any(p.owner.startswith(exclude_owner_prefix) for p in live):
+                continue
+            if job.max_workers is not None and len(live) >= job.max_workers:
+                continue
+            slot = max((p.slot for p in parts), default=-1) + 1
+            row = s.execute(
+                update(Job).where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.RUNNING.value)
+                .values(lease_expires_at=_later(s, lease_s), updated_at=utcnow())
+                .returning(Job.attempt, Job.key_json, Job.buckets, Job.trials, Job.search, Job.time_budget_s,
+                           Job.seed, Job.distributed)
+            ).one()
+            _add_participant(s, job.id, job.attempt, owner, slot, lease_s)
+            return _lease(job.id, owner, row, slot=slot)
+        return None
+
+    return db.run(tx)
+
+
+def reserve(db: Database, lease: Lease, bucket: str, trials: int) -> bool:
+    """Ask for one more measurement of `bucket` for this attempt: True (go on; this participant now
+    holds the reservation until it records a trial or asks again) or False (the budget is spent or
+    held by others: stop this bucket). Raises LeaseLost when the participant is fenced out."""
+
+    def tx(s: Session) -> bool:
+        _shared_update(s, lease)  # the job row lock: reservations of one job are serialised
+        done = int(s.scalar(select(func.count()).select_from(TrialResult).where(
+            TrialResult.job_id == lease.job_id, TrialResult.attempt == lease.attempt, TrialResult.bucket == bucket)) or 0)
+        held = int(s.scalar(select(func.count()).select_from(JobParticipant).where(
+            JobParticipant.job_id == lease.job_id, JobParticipant.attempt == lease.attempt,
+            JobParticipant.owner != lease.owner, JobParticipant.status == ParticipantStatus.ACTIVE.value,
+            JobParticipant.lease_expires_at > db_now(s), JobParticipant.busy_bucket == bucket)) or 0)
+        ok = done + held < trials
+        s.execute(update(JobParticipant).where(_shared_fence(s, lease)).values(busy_bucket=bucket if ok else None))
+        return ok
+
+    return db.run(tx)
+
+
+def merge_best(best: dict[str, Any], trial: TrialRecord, *, is_default: bool) -> None:
+    """Fold one trial into a job's per-bucket best-so-far summary (in place)."""
+    entry = best.setdefault(trial.bucket.name(), {"time_us": None, "params": None, "number": None, "default_time_us": None})
+    if is_default and trial.ok:  # measured in the same run, on the same kind of device
+        entry["default_time_us"] = trial.time_us
+    if trial.ok and (entry["time_us"] is None or trial.time_us < entry["time_us"]):  # type: ignore[operator]
+        entry.update(time_us=trial.time_us, params=trial.config.as_dict(), number=trial.number,
+                     source_hash=trial.source_hash)
+
+
+def record_shared_trial(db: Database, lease: Lease, trial: TrialRecord, *, is_default: bool, total: int) -> None:
+    """A participant's trial: the row, its reservation returned, and the job's progress and best so
+    far updated from what is in the row (under its lock), so participants never overwrite each other."""
+
+    def tx(s: Session) -> None:
+        _shared_update(s, lease, part={"busy_bucket": None, "trials_done": JobParticipant.trials_done + 1})
+        cur = s.execute(select(Job.progress, Job.best).where(Job.id == lease.job_id)).one()
+        progress = dict(cur.progress or {})
+        failed = dict(progress.get("failed_by_status") or {})
+        if not trial.ok:
+            failed[trial.status.value] = failed.get(trial.status.value, 0) + 1
+        workers = s.scalar(select(func.count()).select_from(JobParticipant).where(
+            JobParticipant.job_id == lease.job_id, JobParticipant.attempt == lease.attempt))
+        progress.update(trials_done=int(progress.get("trials_done") or 0) + 1, trials_total=total,
+                        trials_failed=sum(failed.values()), failed_by_status=failed, bucket=trial.bucket.name(),
+                        participants=int(workers or 0))
+        best = {k: dict(v) for k, v in (cur.best or {}).items()}
+        merge_best(best, trial, is_default=is_default)
+        s.execute(update(Job).where(Job.id == lease.job_id).values(progress=progress, best=best))
+        s.execute(
+            insert(TrialResult).values(
+                job_id=lease.job_id, attempt=lease.attempt, number=trial.number, bucket=trial.bucket.name(),
+                bucket_json=trial.bucket.to_json(), params=trial.config.as_dict(), status=trial.status.value,
+                time_us=trial.time_us, timing=trial.timing, compile_stats=trial.compile_stats or None,
+                error=trial.error, source_hash=trial.source_hash, worker=lease.owner, created_at=utcnow(),
+            )
+        )
+
+    db.run(tx)
+
+
+def attempt_trials(db: Database, lease: Lease) -> list[TrialRecord]:
+    """Every trial recorded in this attempt, by any participant (fenced writes only)."""
+
+    def tx(s: Session) -> list[TrialRecord]:
+        rows = s.execute(select(TrialResult).where(TrialResult.job_id == lease.job_id,
+                                                   TrialResult.attempt == lease.attempt)
+                         .order_by(TrialResult.number)).scalars().all()
+        return [TrialRecord.from_json({
+            "number": r.number, "bucket": r.bucket_json, "config": r.params, "status": r.status,
+            "time_us": r.time_us, "error": r.error, "source_hash": r.source_hash,
+            "compile_stats": r.compile_stats or {}, "timing": r.timing,
+        }) for r in rows]
+
+    return db.run(tx, write=False)
+
+
+def finish(db: Database, lease: Lease) -> bool:
+    """This participant's tuner ran to its end. True: it is the last live participant and must now
+    publish (`complete_shared`); False: others are still tuning, it is done. Raises LeaseLost."""
+
+    def tx(s: Session) -> bool:
+        _shared_update(s, lease)
+        _sweep_lost(s, lease.job_id)
+        last = _live_others(s, lease) == 0
+        status = ParticipantStatus.PUBLISHING if last else ParticipantStatus.DONE
+        s.execute(update(JobParticipant).where(_shared_fence(s, lease)).values(
+            status=status.value, busy_bucket=None, finished_at=None if last else utcnow()))
+        return last
+
+    return db.run(tx)
+
+
+def take_over(db: Database, lease: Lease) -> str:
+    """A `done` participant waiting for the others (it keeps heartbeating): "over" when the job is no
+    longer running (published, failed or cancelled), "last" when every other participant has finished
+    or lost its lease, so this one now publishes (`complete_shared`), else "wait". Raises LeaseLost
+    when its own lease is gone. This is what makes a participant that dies mid-job cost one lease,
+    not a re-queue: a waiting participant takes the publishing over."""
+
+    def tx(s: Session) -> str:
+        running = s.scalar(select(Job.id).where(Job.id == lease.job_id, Job.attempt == lease.attempt,
+                                                Job.status == JobStatus.RUNNING.value))
+        if running is None:
+            return "over"
+        _shared_update(s, lease, statuses=(ParticipantStatus.DONE.value,))
+        _sweep_lost(s, lease.job_id)
+        if _live_others(s, lease) > 0:
+            return "wait"
+        s.execute(update(JobParticipant).where(_shared_fence(s, lease, (ParticipantStatus.DONE.value,)))
+                  .values(status=ParticipantStatus.PUBLISHING.value, finished_at=None))
+        return "last"
+
+    return db.run(tx)
+
+
+def complete_shared(db: Database, lease: Lease, publish: Callable[[Session], dict[str, Any]]) -> None:
+    """The publishing participant: job `succeeded`, itself `published`, and the configs written by
+    `publish(session)`, in one fenced transaction. Raises LeaseLost (nothing published)."""
+
+    def tx(s: Session) -> None:
+        now = utcnow()
+        _shared_update(s, lease, job=dict(status=JobStatus.SUCCEEDED.value, lease_owner=None, finished_at=now),
+                       part=dict(status=ParticipantStatus.PUBLISHED.value, finished_at=now, busy_bucket=None))
+        best = publish(s)
+        s.execute(update(Job).where(Job.id == lease.job_id).values(best=best))
+
+    for i in range(5):  # see complete(): a concurrent publisher of the same key
+        try:
+            db.run(tx)
+            return
+        except Conflict:
+            if i == 4:
+                raise
+            log.info("publish of job %d raced another publisher; retrying", lease.job_id)
+
+
+def leave(db: Database, lease: Lease, reason: str) -> bool:
+    """A participant stops early (SIGTERM). The others carry on; if none is left alive, the job goes
+    back to the queue as `release` does (not counted against max_attempts; the next attempt reuses
+    every trial in the studies). False when the participant was already fenced out."""
+
+    def tx(s: Session) -> None:
+        _shared_update(s, lease, part={"status": ParticipantStatus.LEFT.value, "busy_bucket": None,
+                                       "finished_at": utcnow()})
+        _sweep_lost(s, lease.job_id)
+        if _live_others(s, lease) == 0:
+            s.execute(update(Job).where(Job.id == lease.job_id).values(
+                status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None, error=f"released: {reason}"))
+
+    try:
+        db.run(tx)
+        return True
+    except LeaseLost:
+        return False
+
+
+def participants(db: Database, job_id: int) -> list[dict[str, Any]]:
+    """The participants of a job's current attempt, for the job's JSON."""
+
+    def tx(s: Session) -> list[dict[str, Any]]:
+        attempt = select(Job.attempt).where(Job.id == job_id).scalar_subquery()
+        rows = s.execute(select(JobParticipant).where(JobParticipant.job_id == job_id, JobParticipant.attempt == attempt)
+                         .order_by(JobParticipant.slot)).scalars().all()
+        return [{"owner": p.owner, "slot": p.slot, "status": p.status, "trials_done": p.trials_done,
+                 "lease_expires_at": p.lease_expires_at.isoformat() if p.lease_expires_at else None} for p in rows]
+
+    return db.run(tx, write=False)

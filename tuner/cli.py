@@ -50,7 +50,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from tuner.worker import main as worker_main
 
-    return worker_main(gpu=args.gpu, arch=args.arch, once=args.once, max_idle_s=args.max_idle, lease_s=args.lease)
+    return worker_main(gpu=args.gpu, arch=args.arch, once=args.once, max_idle_s=args.max_idle, lease_s=args.lease,
+                       heartbeat_s=args.heartbeat, poll_s=args.poll, concurrency=args.concurrency,
+                       database_url=args.database_url, name=args.name, join_distributed=args.join)
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
@@ -138,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--once", action="store_true", help="exit after one job")
     w.add_argument("--max-idle", type=float, default=None, help="exit after this many seconds without a job")
     w.add_argument("--lease", type=float, default=None, help="lease seconds (default KVTUNE_LEASE_S or 60)")
+    w.add_argument("--heartbeat", type=float, default=None, help="heartbeat seconds (default KVTUNE_HEARTBEAT_S or lease/3)")
+    w.add_argument("--poll", type=float, default=None, help="idle seconds between claims (default KVTUNE_POLL_S or 1)")
+    w.add_argument("--concurrency", type=int, default=None,
+                   help="jobs run at once, one thread each (default KVTUNE_CONCURRENCY or 1; keep 1 on a GPU)")
+    w.add_argument("--database-url", default=None, help="default: KVTUNE_DATABASE_URL")
+    w.add_argument("--name", default=None, help="prefix of this worker's lease owner id (default KVTUNE_WORKER_NAME or host:pid:gpuN)")
+    w.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
+                   help="join running distributed jobs of this arch when idle (default KVTUNE_JOIN_DISTRIBUTED or yes)")
     w.set_defaults(func=_cmd_worker)
 
     tu = sub.add_parser("tune", help="search configs per bucket on the local GPU (or the interpreter); tuned vs default")

@@ -6,6 +6,16 @@ Stopping: SIGTERM/SIGINT ask the tuner to stop between trials (`should_stop`), a
 to the queue (a clean release, not counted as a failed attempt). A lost lease (heartbeat refused: the
 job was cancelled, or the lease expired and the job was re-claimed) stops the tuner the same way, and
 nothing more is written: every write is fenced, so even a write racing the loss changes nothing.
+
+Distributed jobs (db/queue.py says how they are fenced): an idle worker joins a running distributed
+job of its arch and runs the same tuner on the same Optuna studies (the job's database is the RDB
+storage), bucket by bucket, with its own sampler seed (job seed + its slot). Each measurement is
+reserved first, so the job's `trials` per bucket is the budget of all participants together, and the
+parallel trials of one study are spread over as many GPUs as there are participants. The last
+participant to finish reads every current trial of each study and publishes the winners.
+
+Concurrency (KVTUNE_CONCURRENCY / --concurrency): how many jobs this process runs at once, one
+thread and one lease each. Keep 1 on a GPU (co-running jobs distort each other's timings).
 """
 
 from __future__ import annotations
@@ -19,8 +29,9 @@ import threading
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from db import configs as db_configs
 from db import migrate
@@ -28,7 +39,8 @@ from db import queue
 from db.errors import DomainError, LeaseLost
 from db.queue import Lease
 from db.session import Database
-from tuner.results import TrialRecord, TuneResult
+from tuner.core import Bucket, Config
+from tuner.results import BucketResult, TrialRecord, TuneResult
 
 log = logging.getLogger("kvtune.worker")
 
@@ -64,16 +76,10 @@ class _Progress:
 
     def add(self, rec: TrialRecord) -> None:
         self.done += 1
-        name = rec.bucket.name()
-        self.bucket = name
-        entry = self.best.setdefault(name, {"time_us": None, "params": None, "number": None, "default_time_us": None})
-        if rec.config == self.default and rec.ok:  # measured in the same run, on the same device
-            entry["default_time_us"] = rec.time_us
+        self.bucket = rec.bucket.name()
         if not rec.ok:
             self.failed[rec.status.value] = self.failed.get(rec.status.value, 0) + 1
-        elif entry["time_us"] is None or rec.time_us < entry["time_us"]:  # type: ignore[operator]
-            entry.update(time_us=rec.time_us, params=rec.config.as_dict(), number=rec.number,
-                         source_hash=rec.source_hash)
+        queue.merge_best(self.best, rec, is_default=rec.config == self.default)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -86,18 +92,26 @@ class _Progress:
 class Worker:
     def __init__(
         self, db: Database, *, arch: str, tune: TuneFn, lease_s: float = 60.0, heartbeat_s: float | None = None,
-        poll_s: float = 1.0, owner: str | None = None, gpu: int | None = None,
+        poll_s: float = 1.0, owner: str | None = None, gpu: int | None = None, concurrency: int = 1,
+        join_distributed: bool = True,
     ) -> None:
         self.db = db
         self.arch = arch
         self.tune = tune
         self.lease_s = lease_s
         self.heartbeat_s = heartbeat_s or lease_s / 3
+        if self.heartbeat_s >= lease_s:
+            raise ValueError(f"heartbeat ({self.heartbeat_s}s) must be shorter than the lease ({lease_s}s)")
         self.poll_s = poll_s
         gpu_tag = f"gpu{gpu}" if gpu is not None else arch
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{gpu_tag}:{uuid.uuid4().hex[:6]}"
+        # The owner id is the fencing identity: unique per process even when a name is configured.
+        base = f"{owner}:{os.getpid()}" if owner else f"{socket.gethostname()}:{os.getpid()}:{gpu_tag}"
+        self.owner = f"{base}:{uuid.uuid4().hex[:6]}"
+        self.concurrency = concurrency
+        self.join_distributed = join_distributed
         self.stop = threading.Event()
         self.jobs_run = 0
+        self._count = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -109,17 +123,62 @@ class Worker:
         signal.signal(signal.SIGINT, _handler)
 
     def run(self, *, once: bool = False, max_idle_s: float | None = None) -> int:
-        """Claim and run jobs until stopped; `once`: after one job; `max_idle_s`: after that long idle."""
-        log.info("%s: worker for %s on %s", self.owner, self.arch, self.db.dialect)
+        """Claim and run jobs until stopped; `once`: after one job (per slot); `max_idle_s`: after that
+        long idle. With concurrency > 1, each slot is a thread with its own owner id `<owner>/sN`."""
+        log.info("%s: worker for %s on %s (concurrency %d)", self.owner, self.arch, self.db.dialect, self.concurrency)
+        if getattr(self.tune, "__module__", "") == "tuner.search":
+            self._init_optuna_storage()
+        if self.concurrency == 1:
+            self._loop(self.owner, None, once, max_idle_s)
+        else:
+            slots = [threading.Thread(target=self._loop, args=(f"{self.owner}/s{i}", f"{self.owner}/", once, max_idle_s),
+                                      name=f"slot-{i}", daemon=True) for i in range(self.concurrency)]
+            for t in slots:
+                t.start()
+            # Joined with a timeout so the main thread keeps taking signals.
+            while any(t.is_alive() for t in slots):
+                for t in slots:
+                    t.join(0.2)
+        log.info("%s: exiting after %d job(s)", self.owner, self.jobs_run)
+        return 0
+
+    def _init_optuna_storage(self) -> None:
+        """Create Optuna's tables before the first job. Optuna creates them on first use without a
+        lock, and two workers doing that at once on a fresh PostgreSQL collide (`CREATE TYPE
+        studydirection`: duplicate key), which would fail the job they were starting; here the
+        loser simply retries and finds the tables made."""
+        import optuna
+        from sqlalchemy.exc import SQLAlchemyError
+
+        for i in range(5):
+            try:
+                storage = optuna.storages.RDBStorage(self.db.optuna_storage_url())
+                storage.engine.dispose()
+                return
+            except SQLAlchemyError as e:
+                log.info("%s: Optuna storage not ready (%s); retrying", self.owner, type(e).__name__)
+                self.stop.wait(0.2 * (i + 1))
+        log.warning("%s: could not initialise Optuna's storage; jobs will try again", self.owner)
+
+    def _next(self, owner: str, exclude: str | None) -> Lease | None:
+        n = queue.requeue_expired(self.db)
+        if n:
+            log.info("%s: re-queued %d job(s) whose lease expired", owner, n)
+        lease = queue.claim(self.db, arch=self.arch, owner=owner, lease_s=self.lease_s)
+        if lease is None and self.join_distributed:
+            lease = queue.join(self.db, arch=self.arch, owner=owner, lease_s=self.lease_s, exclude_owner_prefix=exclude)
+            if lease is not None:
+                log.info("%s: joined distributed job %d attempt %d as participant %d", owner, lease.job_id,
+                         lease.attempt, lease.slot)
+        return lease
+
+    def _loop(self, owner: str, exclude: str | None, once: bool, max_idle_s: float | None) -> None:
         idle_since = time.monotonic()
         while not self.stop.is_set():
             try:
-                n = queue.requeue_expired(self.db)
-                if n:
-                    log.info("%s: re-queued %d job(s) whose lease expired", self.owner, n)
-                lease = queue.claim(self.db, arch=self.arch, owner=self.owner, lease_s=self.lease_s)
+                lease = self._next(owner, exclude)
             except DomainError as e:  # the database is down or busy beyond retries: wait, do not die
-                log.warning("%s: cannot claim: %s", self.owner, e)
+                log.warning("%s: cannot claim: %s", owner, e)
                 self.stop.wait(self.poll_s)
                 continue
             if lease is None:
@@ -130,23 +189,21 @@ class Worker:
             try:
                 self.run_job(lease)
             except Exception as e:  # noqa: BLE001 - one job's trouble never ends the worker
-                log.exception("%s: job %d: %s", self.owner, lease.job_id, e)
+                log.exception("%s: job %d: %s", owner, lease.job_id, e)
                 try:
                     queue.fail(self.db, lease, f"worker error: {type(e).__name__}: {e}")
                 except DomainError:
                     pass  # the database is unreachable: the lease expires and the job is re-queued
-            self.jobs_run += 1
+            with self._count:
+                self.jobs_run += 1
             idle_since = time.monotonic()
             if once:
                 break
-        log.info("%s: exiting after %d job(s)", self.owner, self.jobs_run)
-        return 0
 
-    # -- one job -----------------------------------------------------------------------------------
-    def run_job(self, lease: Lease) -> None:
-        from tuner.kernels import get_family
-
-        log.info("%s: job %d attempt %d: %s", self.owner, lease.job_id, lease.attempt, lease.key.slug())
+    @contextmanager
+    def _heartbeat(self, lease: Lease) -> Iterator[threading.Event]:
+        """Renew the lease every heartbeat_s in a thread while the body runs; the event it yields is set
+        when the lease is lost (expired, re-claimed or cancelled)."""
         lost = threading.Event()
         done = threading.Event()
 
@@ -154,25 +211,68 @@ class Worker:
             while not done.wait(self.heartbeat_s):
                 try:
                     if not queue.heartbeat(self.db, lease, self.lease_s):
-                        log.warning("%s: job %d: lease lost (expired, re-claimed or cancelled)", self.owner, lease.job_id)
+                        log.warning("%s: job %d: lease lost (expired, re-claimed or cancelled)", lease.owner, lease.job_id)
                         lost.set()
                         return
                 except DomainError as e:  # keep trying: the lease may still be saved
-                    log.warning("%s: heartbeat failed: %s", self.owner, e)
+                    log.warning("%s: heartbeat failed: %s", lease.owner, e)
 
-        # The heartbeat starts before anything slow (the first family import loads torch and Triton).
         hb = threading.Thread(target=beat, name=f"heartbeat-{lease.job_id}", daemon=True)
         hb.start()
         try:
-            family = get_family(lease.key.kernel)
-            n_buckets = len(lease.buckets) if lease.buckets else len(family.buckets(lease.key))
-            default_cfg = family.default_config(lease.key)
-        except Exception as e:  # noqa: BLE001 - a job naming a family this build lacks fails as data
+            yield lost
+        finally:
             done.set()
             hb.join()
-            queue.fail(self.db, lease, f"cannot load kernel family {lease.key.kernel!r}: {e}")
+
+    # -- one job -----------------------------------------------------------------------------------
+    def run_job(self, lease: Lease) -> None:
+        from tuner.kernels import get_family
+
+        log.info("%s: job %d attempt %d: %s%s", lease.owner, lease.job_id, lease.attempt, lease.key.slug(),
+                 f" (distributed, participant {lease.slot})" if lease.distributed else "")
+        # The heartbeat starts before anything slow (the first family import loads torch and Triton).
+        with self._heartbeat(lease) as lost:
+            try:
+                family = get_family(lease.key.kernel)
+                buckets = list(lease.buckets) if lease.buckets else list(family.buckets(lease.key))
+                default_cfg = family.default_config(lease.key)
+            except Exception as e:  # noqa: BLE001 - a job naming a family this build lacks fails as data
+                family = None
+                load_error = f"cannot load kernel family {lease.key.kernel!r}: {e}"
+            if family is not None:
+                if lease.distributed:
+                    outcome = self._tune_shared(lease, family, buckets, default_cfg, lost)
+                    result, error, _ = outcome
+                    if not (lost.is_set() or self.stop.is_set()) and error is None and result is not None:
+                        # Still under the heartbeat: a participant that finished first may wait for
+                        # the others and take over the publishing.
+                        self._finish_shared(lease, family, result, buckets, default_cfg, lost)
+                        return
+                else:
+                    outcome = self._tune_alone(lease, buckets, default_cfg, lost)
+            stopped = self.stop.is_set()
+        if family is None:
+            queue.fail(self.db, lease, load_error)
             return
-        progress = _Progress(total=lease.trials * n_buckets, default=default_cfg)
+        result, error, progress = outcome
+
+        if lost.is_set():
+            log.warning("%s: job %d attempt %d abandoned; nothing more is written", lease.owner, lease.job_id, lease.attempt)
+            return
+        if stopped:
+            released = queue.release(self.db, lease, "worker shutting down")
+            log.info("%s: job %d %s", lease.owner, lease.job_id, "back in the queue" if released else "lease already gone")
+            return
+        if error is not None or result is None:
+            log.error("%s: job %d failed: %s", lease.owner, lease.job_id, error)
+            queue.fail(self.db, lease, error or "tuner returned nothing")
+            return
+        self._publish(lease, family, result, progress)
+
+    def _tune_alone(self, lease: Lease, buckets: list[Bucket], default_cfg: Config,
+                    lost: threading.Event) -> tuple[TuneResult | None, str | None, _Progress]:
+        progress = _Progress(total=lease.trials * len(buckets), default=default_cfg)
 
         def on_trial(rec: TrialRecord) -> None:
             if lost.is_set():
@@ -181,13 +281,11 @@ class Worker:
             try:
                 queue.record_trial(self.db, lease, rec, progress=progress.as_json(), best=progress.best)
             except LeaseLost:
-                log.warning("%s: job %d: lease lost; trial %d not recorded", self.owner, lease.job_id, rec.number)
+                log.warning("%s: job %d: lease lost; trial %d not recorded", lease.owner, lease.job_id, rec.number)
                 lost.set()
             except DomainError as e:
-                log.warning("%s: could not record trial %d: %s", self.owner, rec.number, e)
+                log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
 
-        result: TuneResult | None = None
-        error: str | None = None
         try:
             result = self.tune(
                 lease.key, buckets=list(lease.buckets) if lease.buckets else None, trials=lease.trials,
@@ -195,27 +293,107 @@ class Worker:
                 storage=self.db.optuna_storage_url(), seed=lease.seed, on_trial=on_trial,
                 should_stop=lambda: lost.is_set() or self.stop.is_set(),
             )
+            return result, None, progress
         except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
-            error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+            return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
+
+    def _tune_shared(self, lease: Lease, family: Any, buckets: list[Bucket], default_cfg: Config,
+                     lost: threading.Event) -> tuple[TuneResult | None, str | None, _Progress]:
+        """A participant's share of a distributed job: the tuner on the job's shared studies, one
+        bucket at a time, each measurement reserved first (db.queue.reserve) so that all participants
+        together measure `trials` per bucket. Returns this participant's view (its last TuneResult per
+        bucket merged); the winners are read from the studies by whoever finishes last."""
+        progress = _Progress(total=lease.trials * len(buckets), default=default_cfg)
+        total = lease.trials * len(buckets)
+        seed = lease.seed + lease.slot  # distinct samplers: participants must not propose the same sequence
+        runner = self._shared_runner()
+        parts: list[BucketResult] = []
+        last: TuneResult | None = None
+        end = None if lease.time_budget_s is None else time.monotonic() + lease.time_budget_s
+        try:
+            for i, bucket in enumerate(buckets):
+                if lost.is_set() or self.stop.is_set():
+                    break
+                name = bucket.name()
+
+                def should_stop(name: str = name) -> bool:
+                    if lost.is_set() or self.stop.is_set():
+                        return True
+                    try:
+                        return not queue.reserve(self.db, lease, name, lease.trials)
+                    except LeaseLost:
+                        log.warning("%s: job %d: lease lost", lease.owner, lease.job_id)
+                        lost.set()
+                        return True
+                    except DomainError as e:  # transient: carry on; the local budget still bounds the bucket
+                        log.warning("%s: could not reserve a trial: %s", lease.owner, e)
+                        return False
+
+                def on_trial(rec: TrialRecord) -> None:
+                    if lost.is_set():
+                        return
+                    progress.add(rec)
+                    try:
+                        queue.record_shared_trial(self.db, lease, rec, is_default=rec.config == default_cfg, total=total)
+                    except LeaseLost:
+                        log.warning("%s: job %d: lease lost; trial %d not recorded", lease.owner, lease.job_id, rec.number)
+                        lost.set()
+                    except DomainError as e:
+                        log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
+
+                budget = None if end is None else max(0.0, end - time.monotonic()) / (len(buckets) - i)
+                kwargs: dict[str, Any] = {"runner": runner} if runner is not None else {}
+                last = self.tune(lease.key, buckets=[bucket], trials=lease.trials, search=lease.search,
+                                 target=self.arch, time_budget_s=budget, storage=self.db.optuna_storage_url(),
+                                 seed=seed, on_trial=on_trial, should_stop=should_stop, **kwargs)
+                parts.extend(last.buckets)
+        except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
+            return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
         finally:
-            stopped = self.stop.is_set()
-            done.set()
-            hb.join()
+            if runner is not None:
+                runner.close()
+        if last is None:
+            return TuneResult(key=lease.key, target=self.arch, buckets=()), None, progress
+        return TuneResult(key=last.key, target=last.target, buckets=tuple(parts), device_name=last.device_name,
+                          triton_version=last.triton_version, torch_version=last.torch_version,
+                          search=last.search, seed=lease.seed, timing=last.timing), None, progress
 
-        if lost.is_set():
-            log.warning("%s: job %d attempt %d abandoned; nothing more is written", self.owner, lease.job_id, lease.attempt)
-            return
-        if stopped:
-            released = queue.release(self.db, lease, "worker shutting down")
-            log.info("%s: job %d %s", self.owner, lease.job_id, "back in the queue" if released else "lease already gone")
-            return
-        if error is not None or result is None:
-            log.error("%s: job %d failed: %s", self.owner, lease.job_id, error)
-            queue.fail(self.db, lease, error or "tuner returned nothing")
-            return
-        self._publish(lease, family, result, progress)
+    def _shared_runner(self) -> Any:
+        """One benchmark child for all the buckets of a distributed job (the real tuner starts one per
+        call otherwise); None for a tuner stand-in, which brings its own."""
+        if getattr(self.tune, "__module__", "") != "tuner.search":
+            return None
+        from tuner.bench import BenchRunner
 
-    def _publish(self, lease: Lease, family: Any, result: TuneResult, progress: _Progress) -> None:
+        return BenchRunner(self.arch)
+
+    def _finish_shared(self, lease: Lease, family: Any, mine: TuneResult, buckets: list[Bucket],
+                       default_cfg: Config, lost: threading.Event) -> None:
+        try:
+            last = queue.finish(self.db, lease)
+            if not last:
+                log.info("%s: job %d: share done; waiting for the other participants", lease.owner, lease.job_id)
+            while not last:
+                # Normally the others are at most one trial behind (the budget is reserved); if one
+                # died, its lease runs out and this participant publishes instead.
+                if lost.is_set() or self.stop.wait(min(self.poll_s, self.heartbeat_s)):
+                    return  # stopping: its lease runs out; a `done` participant is never waited for
+                state = queue.take_over(self.db, lease)
+                if state == "over":
+                    log.info("%s: job %d: another participant published", lease.owner, lease.job_id)
+                    return
+                last = state == "last"
+        except LeaseLost:
+            log.warning("%s: job %d: lease lost at the end of its share; nothing more is written", lease.owner, lease.job_id)
+            return
+        except DomainError as e:  # the database is unreachable: its lease runs out, others carry on
+            log.warning("%s: job %d: cannot finish its share: %s", lease.owner, lease.job_id, e)
+            return
+        log.info("%s: job %d: last participant; publishing the winners of the shared studies", lease.owner, lease.job_id)
+        result = collect_shared(self.db, lease, family, mine, buckets, default_cfg)
+        self._publish(lease, family, result, None)
+
+    def _publish(self, lease: Lease, family: Any, result: TuneResult, progress: _Progress | None) -> None:
         winners = [br for br in result.buckets if br.best is not None]
         if not winners:
             failed = {k: v for br in result.buckets for k, v in br.failed_by_status().items()}
@@ -238,23 +416,103 @@ class Worker:
             return db_configs.publish(s, job_id=lease.job_id, key=lease.key, result=result, source_hashes=hashes)
 
         try:
-            queue.complete(self.db, lease, publish, progress=progress.as_json())
-            log.info("%s: job %d succeeded: %d bucket(s) published", self.owner, lease.job_id, len(winners))
+            if lease.distributed:
+                queue.complete_shared(self.db, lease, publish)
+            else:
+                assert progress is not None
+                queue.complete(self.db, lease, publish, progress=progress.as_json())
+            log.info("%s: job %d succeeded: %d bucket(s) published", lease.owner, lease.job_id, len(winners))
         except LeaseLost:
-            log.warning("%s: job %d: lease lost before publishing; nothing published", self.owner, lease.job_id)
+            log.warning("%s: job %d: lease lost before publishing; nothing published", lease.owner, lease.job_id)
+
+
+def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, buckets: list[Bucket],
+                   default_cfg: Config) -> TuneResult:
+    """The job's result as its studies hold it once every participant is done: per bucket, every
+    current trial of the shared Optuna study (what this and earlier runs measured; a trial measured
+    with another template source or on another clock is stale and left out, as the tuner does), plus
+    every trial recorded in this attempt's fenced rows (a tuner stand-in keeps no study). Winners
+    are the fastest verified trials; the default is the default config's trial."""
+    from tuner.search import RECORD_ATTR, study_name
+
+    rendered: dict[str, str | None] = {}
+
+    def current(rec: TrialRecord) -> bool:
+        if rec.source_hash:
+            k = rec.config.to_json()
+            if k not in rendered:
+                try:
+                    rendered[k] = family.render(lease.key, rec.config).source_hash
+                except Exception:  # noqa: BLE001 - a config that no longer renders has no current source
+                    rendered[k] = None
+            if rendered[k] != rec.source_hash:
+                return False
+        return not (rec.ok and rec.timing and mine.timing and rec.timing != mine.timing)
+
+    rows = queue.attempt_trials(db, lease)
+    own = {br.bucket: br for br in mine.buckets}
+    out: list[BucketResult] = []
+    for bucket in buckets:
+        recs: dict[int, TrialRecord] = {}
+        for r in (own[bucket].trials if bucket in own else ()):
+            recs[r.number] = r
+        for r in rows:
+            if r.bucket == bucket:
+                recs[r.number] = r
+        try:
+            import optuna
+
+            study = optuna.load_study(study_name=study_name(lease.key, bucket), storage=db.optuna_storage_url())
+            for t in study.get_trials(deepcopy=False):
+                d = t.user_attrs.get(RECORD_ATTR)
+                if d is not None:
+                    recs[t.number] = TrialRecord.from_json(d)
+        except KeyError:
+            pass  # no such study: a tuner stand-in that keeps none
+        trials = sorted((r for r in recs.values() if r.bucket == bucket and current(r)), key=lambda r: r.number)
+        defaults = sorted((r for r in trials if r.config == default_cfg), key=lambda r: (not r.ok, r.number))
+        if not defaults:
+            continue  # nothing to compare against: this bucket is not published
+        ok = [r for r in trials if r.ok]
+        best = min(ok, key=lambda r: (r.time_us, r.number)) if ok else None
+        pruned = own[bucket].pruned if bucket in own else 0
+        out.append(BucketResult(bucket=bucket, default=defaults[0], best=best, trials=tuple(trials), pruned=pruned))
+    return TuneResult(key=lease.key, target=mine.target, buckets=tuple(out), device_name=mine.device_name,
+                      triton_version=mine.triton_version, torch_version=mine.torch_version, search=mine.search,
+                      seed=lease.seed, timing=mine.timing)
 
 
 def main(*, gpu: int | None = None, arch: str | None = None, once: bool = False, max_idle_s: float | None = None,
-         lease_s: float | None = None) -> int:
-    """The `kvtune worker` entry point: settings from the environment (KVTUNE_*)."""
+         lease_s: float | None = None, heartbeat_s: float | None = None, poll_s: float | None = None,
+         concurrency: int | None = None, database_url: str | None = None, name: str | None = None,
+         join_distributed: bool | None = None) -> int:
+    """The `kvtune worker` entry point: settings from the environment (KVTUNE_*), each overridden by
+    its flag when given (init arguments take precedence over the environment in pydantic-settings,
+    and are validated the same way)."""
+    from pydantic import ValidationError
+
     from api.settings import Settings
 
     logging.basicConfig(level=os.environ.get("KVTUNE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    settings = Settings()
-    gpu = gpu if gpu is not None else settings.gpu
-    arch = arch or settings.arch
+    overrides = {"gpu": gpu, "arch": arch, "lease_s": lease_s, "heartbeat_s": heartbeat_s, "poll_s": poll_s,
+                 "concurrency": concurrency, "database_url": database_url, "worker_name": name,
+                 "join_distributed": join_distributed}
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        log.error("invalid worker settings: %s", e)
+        return 2
+    # A --lease shorter than an inherited KVTUNE_HEARTBEAT_S would lose every lease: the flag wins,
+    # and the heartbeat falls back to a third of it unless it was given as a flag too.
+    hb = settings.heartbeat_s
+    if hb is not None and hb >= settings.lease_s and heartbeat_s is None and lease_s is not None:
+        hb = None
+    if hb is not None and hb >= settings.lease_s:
+        log.error("invalid worker settings: heartbeat %.3gs must be shorter than the lease %.3gs", hb, settings.lease_s)
+        return 2
+    gpu, arch = settings.gpu, settings.arch
     pin_gpu(gpu)
     if arch == "interp":
         os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported anywhere in this process
@@ -266,8 +524,9 @@ def main(*, gpu: int | None = None, arch: str | None = None, once: bool = False,
     if settings.auto_migrate:
         migrate.upgrade(db)
     worker = Worker(
-        db, arch=arch, tune=load_tune(settings.worker_tune), lease_s=lease_s or settings.lease_s,
-        heartbeat_s=settings.heartbeat_s if lease_s is None else None, poll_s=settings.poll_s, gpu=gpu,
+        db, arch=arch, tune=load_tune(settings.worker_tune), lease_s=settings.lease_s, heartbeat_s=hb,
+        poll_s=settings.poll_s, gpu=gpu, owner=settings.worker_name, concurrency=settings.concurrency,
+        join_distributed=settings.join_distributed,
     )
     worker.install_signal_handlers()
     try:

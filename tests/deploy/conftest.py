@@ -1,0 +1,1 @@
+from tests.db.fixtures import db_url, pg_database  # noqa: F401  (fixtures)
