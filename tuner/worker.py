@@ -410,10 +410,12 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             queue.fail(self.db, lease, f"cannot render the winning config: {type(e).__name__}: {e}")
             return
+        warmup_keys = winner_warmup_keys(family, lease.key, winners, result.target)
 
         def publish(s: Any) -> dict[str, Any]:
             db_configs.store_sources(s, sources.values())
-            return db_configs.publish(s, job_id=lease.job_id, key=lease.key, result=result, source_hashes=hashes)
+            return db_configs.publish(s, job_id=lease.job_id, key=lease.key, result=result, source_hashes=hashes,
+                                      warmup_keys=warmup_keys)
 
         try:
             if lease.distributed:
@@ -480,6 +482,30 @@ def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, bu
     return TuneResult(key=lease.key, target=mine.target, buckets=tuple(out), device_name=mine.device_name,
                       triton_version=mine.triton_version, torch_version=mine.torch_version, search=mine.search,
                       seed=lease.seed, timing=mine.timing)
+
+
+
+def winner_warmup_keys(family: Any, key: Any, winners: list[Any], target: str) -> dict[str, list[dict[str, Any]]]:
+    """Each winner's warmup keys (tuner.warmup), recorded on this worker's own GPU: launchers size
+    some launch arguments from the device (decode's automatic split count follows its SM count), so
+    keys belong to the device model the config was tuned on. The interpreter compiles nothing, so it
+    gets none. A bucket whose keys cannot be enumerated is published without them (the bundle lists
+    it under `warmup.missing`): failures are data, they never cost the tuned config."""
+    if target == "interp":
+        return {}
+    import torch
+
+    from tuner.warmup import keys_for
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for br in winners:
+        try:
+            keys = keys_for(family.name, key, br.best.config, br.bucket, target, device=device)
+            out[br.bucket.name()] = [k.to_json() for k in keys]
+        except Exception as e:  # noqa: BLE001
+            log.warning("warmup keys for %s %s: %s: %s", key.slug(), br.bucket.name(), type(e).__name__, e)
+    return out
 
 
 def main(*, gpu: int | None = None, arch: str | None = None, once: bool = False, max_idle_s: float | None = None,

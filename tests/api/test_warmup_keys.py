@@ -68,3 +68,21 @@ def test_published_keys_are_served_with_the_bundle_and_alone(server: tuple[str, 
         assert http.get(f"/v1/kernels/{alone['sources'][0]}").text == src.source
         assert http.get("/v1/warmup-keys", params={**SEED, "heads": 0}).status_code == 422
         assert http.get("/v1/warmup-keys", params={**SEED, "arch": "<script>"}).status_code == 422
+
+
+def test_worker_enumerates_winner_keys_and_survives_a_family_that_cannot() -> None:
+    from tuner.worker import winner_warmup_keys
+
+    key = make_key("pack", "sm_90", 16, 512, 128, ("mxfp4_68",))
+    fam = get_family("pack")
+    b = Bucket("N", 1, 64)
+    t = TrialRecord(number=0, bucket=b, config=fam.default_config(key), status=TrialStatus.OK, time_us=1.0)
+    winners = [BucketResult(b, t, t, (t,))]
+    got = winner_warmup_keys(fam, key, winners, "sm_90")
+    assert [WarmupKey.from_json(k) for k in got[b.name()]] == keys_for("pack", key, fam.default_config(key), b, "sm_90")
+    assert winner_warmup_keys(fam, key, winners, "interp") == {}  # the interpreter compiles nothing
+
+    # A bucket whose keys cannot be enumerated (here: an infeasible config, which the launcher
+    # refuses) is left out rather than failing the publish.
+    bad = TrialRecord(number=0, bucket=b, config=fam.default_config(key).replace(BLOCK_T=3), status=TrialStatus.OK, time_us=1.0)
+    assert winner_warmup_keys(fam, key, [BucketResult(b, bad, bad, (bad,))], "sm_90") == {}
