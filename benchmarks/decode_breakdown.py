@@ -1,0 +1,85 @@
+"""Where the decode tile's time goes: leave-one-stage-out variants of the generated module, timed
+like the benchmark (CUDA graph replay, median) at T = 1, 8, 64 for nvfp4_288 + fp8_528.
+
+  full       the default config as it ships
+  no_gather  key rows are not gathered or dequantized (a constant block per slot): attention only
+  no_attend  rows are gathered and dequantized, the two dots and the softmax are replaced by a sum
+  empty      only q, the slot lists and the outputs move: the per-program fixed cost
+
+    python benchmarks/decode_breakdown.py --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import triton  # noqa: E402
+
+import tuner.kernels.decode as D  # noqa: E402
+from tuner import render as R  # noqa: E402
+
+PAIR = ("nvfp4_288", "fp8_528")
+GATHER = ("kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)",
+          "kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)")
+ATTEND = "m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)"
+FAKE_KV = "kv = (tl.zeros([BLOCK_N, D], tl.float32) + slot[:, None].to(tl.float32)).to(q.dtype)"
+CHEAP = "acc += tl.sum(kv.to(tl.float32), axis=0)[None, :]"
+
+
+def variant(name: str) -> R.Rendered:
+    src = D.render_variant(*PAIR, "soft").source
+    if name in ("no_gather", "empty"):
+        for g in GATHER:
+            assert g in src, g
+            src = src.replace(g, FAKE_KV)
+    if name in ("no_attend", "empty"):
+        assert ATTEND in src
+        src = src.replace(ATTEND, CHEAP)
+    return R.Rendered("decode_tile.py.j2", src)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    from benchmarks.common import provenance
+
+    dev = "cpu" if args.smoke else "cuda"
+    shape = (2, 32, 16) if args.smoke else (16, 512, 128)
+    rows = []
+    for name in ("full", "no_gather", "no_attend", "empty"):
+        mod = R.load(variant(name))
+        D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
+        for t in ((1, 2) if args.smoke else (1, 8, 64)):
+            inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
+            cfg = D.default_config(*PAIR)
+            if args.smoke:
+                D.run_decode(*PAIR, cfg, inp)
+                us = float("nan")
+            else:
+                us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
+                                                       return_mode="median") * 1e3
+            rows.append({"variant": name, "T": t, "us": us})
+            print(f"{name:10s} T={t:<3d} {us:8.2f} us", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    (out / "decode_breakdown.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+    md = [f"# decode tile: leave-one-stage-out\n\n{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, "
+          f"{prov['date']}. nvfp4_288 + fp8_528, H=16, topk 512, window 128, default config, CUDA graph median.\n",
+          "| variant | " + " | ".join(f"T={t}" for t in sorted({r['T'] for r in rows})) + " |",
+          "|---|" + "---|" * len({r['T'] for r in rows})]
+    for name in ("full", "no_gather", "no_attend", "empty"):
+        md.append(f"| {name} | " + " | ".join(f"{r['us']:.2f}" for r in rows if r["variant"] == name) + " |")
+    (out / "decode_breakdown.md").write_text("\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
