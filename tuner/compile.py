@@ -93,9 +93,14 @@ def compile_in_child(kernel: str, case: XCompileCase, target: str, expected: str
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return CompileResult(status="illegal", error=f"child wrote no result: {_last_words(proc.stderr)}", **base)
+    error = out.get("error")
+    if error and re.search(r"error", proc.stderr, re.I):
+        # Some exceptions only point at the log (LLD: "failed to link ... because"): the assembler's
+        # own words went to the child's stderr.
+        error = f"{error}\n{_last_words(proc.stderr)}"
     return CompileResult(
         status=out["status"], registers=out.get("registers"), spills=out.get("spills"),
-        shared_bytes=out.get("shared_bytes"), occupancy=out.get("occupancy"), error=out.get("error"), **base,
+        shared_bytes=out.get("shared_bytes"), occupancy=out.get("occupancy"), error=error, **base,
     )
 
 
@@ -289,7 +294,11 @@ def _child(req: dict[str, Any]) -> dict[str, Any]:
     target = get_target(req["target"])
     mod = R.load(R.Rendered(req["template"], req["source"]))
     fn = getattr(mod, req["kernel_name"])
-    src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"])
+    # Pointers as real launches see them: torch allocations are 16-byte aligned, and without the
+    # hint the compiler falls back to scalar loads and the stats describe a kernel no one runs.
+    names = list(fn.arg_names)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items() if ty.startswith("*")}
+    src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"], attrs=attrs)
     try:
         k = triton.compile(src, target=target.gpu_target(),
                            options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
@@ -313,9 +322,17 @@ def format_table(results: Iterable[CompileResult]) -> str:
     rows = [("variant", "detail", "target", "status", "regs", "spills", "shared", "occ", "error")]
     for r in results:
         rows.append((r.variant, r.detail, r.target, r.status, _s(r.registers), _s(r.spills), _s(r.shared_bytes),
-                     _s(r.occupancy), (r.error or "").splitlines()[-1][:70] if r.error else ""))
+                     _s(r.occupancy), _headline(r.error)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _headline(error: str | None) -> str:
+    """The line of a compiler error that says what went wrong (the first `error:` line, if any)."""
+    if not error:
+        return ""
+    lines = error.splitlines()
+    return next((l.strip() for l in lines if "error:" in l or "error   :" in l), lines[-1])[:90]
 
 
 def _s(v: int | None) -> str:
