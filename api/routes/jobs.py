@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from db import jobs
+from db import jobs, queue
 from db.session import Database
 
 from api.deps import get_db
@@ -31,8 +31,11 @@ def list_jobs(
 
 @router.get("/{job_id}")
 def get_job(job_id: JobId, db: Database = Depends(get_db)) -> dict[str, Any]:
-    out = jobs.job_summary(jobs.get(db, job_id))
+    job = jobs.get(db, job_id)
+    out = jobs.job_summary(job)
     out["trials_by_status"] = jobs.trial_counts(db, job_id)
+    # A distributed job's workers of the current attempt, each with its lease and trial count.
+    out["participants"] = queue.participants(db, job_id) if job.distributed else []
     return out
 
 

@@ -183,6 +183,9 @@ def test_readme_cluster_section_runs_a_distributed_job_on_two_workers(pg_url: st
 
     # The job: one attempt, budget exactly met (8 trials x 2 buckets over both workers).
     assert (job["attempt"], job["progress"]["trials_done"]) == (1, 16), job
+    # GET /v1/jobs/{id} lists the distributed job's workers of this attempt.
+    assert sorted((p["slot"], p["status"]) for p in job["participants"]) in ([(0, "done"), (1, "published")],
+                                                                            [(0, "published"), (1, "done")]), job
     db = Database(pg_url)
     try:
         trials = db.run(lambda s: s.execute(select(TrialResult.bucket, TrialResult.number, TrialResult.worker)
