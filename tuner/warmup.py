@@ -311,12 +311,10 @@ def keys_for(
 
 
 def _source_hash_of(fn: Any, rendered: R.Rendered) -> str:
-    """The hash of the generated module a launched function lives in (the family's render, unless
-    the launcher called a kernel from another module)."""
+    """The content hash of the generated module a launched kernel lives in: tuner.render names each
+    module `kvtune_<template>_<hash>` (a launcher may call kernels of a module other than the
+    family's render of this config; then the name says which)."""
     mod_name = getattr(getattr(fn, "fn", None), "__module__", "")
-    if mod_name.endswith(rendered.source_hash):
-        return rendered.source_hash
-    # A kernel from a module loaded through tuner.render: its name ends with the content hash.
     return mod_name.rsplit("_", 1)[-1] if mod_name.startswith("kvtune_") else rendered.source_hash
 
 
