@@ -5,6 +5,7 @@ like the benchmark (CUDA graph replay, median) at T = 1, 8, 64 for nvfp4_288 + f
   no_gather  key rows are not gathered or dequantized (a constant block per slot): attention only
   no_attend  rows are gathered and dequantized, the two dots and the softmax are replaced by a sum
   empty      only q, the slot lists and the outputs move: the per-program fixed cost
+  empty_s1   empty without splitting (one kernel, no combine): what the combine launch costs
 
     python benchmarks/decode_breakdown.py --out benchmarks/results
 """
@@ -29,6 +30,7 @@ GATHER = ("kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_
 ATTEND = "m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)"
 FAKE_KV = "kv = (tl.zeros([BLOCK_N, D], tl.float32) + slot[:, None].to(tl.float32)).to(q.dtype)"
 CHEAP = "acc += tl.sum(kv.to(tl.float32), axis=0)[None, :]"
+VARIANTS = ("full", "no_gather", "no_attend", "empty", "empty_s1")
 
 
 def variant(name: str) -> R.Rendered:
@@ -53,12 +55,14 @@ def main() -> int:
     dev = "cpu" if args.smoke else "cuda"
     shape = (2, 32, 16) if args.smoke else (16, 512, 128)
     rows = []
-    for name in ("full", "no_gather", "no_attend", "empty"):
-        mod = R.load(variant(name))
+    for name in VARIANTS:
+        mod = R.load(variant(name.removesuffix("_s1")))
         D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
         for t in ((1, 2) if args.smoke else (1, 8, 64)):
             inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
             cfg = D.default_config(*PAIR)
+            if name.endswith("_s1"):
+                cfg = cfg.replace(NUM_SPLITS=1)
             if args.smoke:
                 D.run_decode(*PAIR, cfg, inp)
                 us = float("nan")
@@ -75,7 +79,7 @@ def main() -> int:
           f"{prov['date']}. nvfp4_288 + fp8_528, H=16, topk 512, window 128, default config, CUDA graph median.\n",
           "| variant | " + " | ".join(f"T={t}" for t in sorted({r['T'] for r in rows})) + " |",
           "|---|" + "---|" * len({r['T'] for r in rows})]
-    for name in ("full", "no_gather", "no_attend", "empty"):
+    for name in VARIANTS:
         md.append(f"| {name} | " + " | ".join(f"{r['us']:.2f}" for r in rows if r["variant"] == name) + " |")
     (out / "decode_breakdown.md").write_text("\n".join(md) + "\n")
     return 0
