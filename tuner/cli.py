@@ -86,11 +86,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         buckets = parse_buckets(args.buckets, fam.buckets(key)) if args.buckets else fam.buckets(key)
         print(f"tuning {key.slug()} on {runner.info()['device_name']}: {len(buckets)} bucket(s), "
               f"{args.trials} trials each, {args.search}", file=sys.stderr)
-        with tqdm(total=args.trials * len(buckets), unit="trial", file=sys.stderr) as bar:
+        # A live bar for a terminal; in a log (CI, a GPU job's captured output) one line per trial.
+        live = sys.stderr.isatty()
+        with tqdm(total=args.trials * len(buckets), unit="trial", file=sys.stderr, disable=not live) as bar:
             def on_trial(rec) -> None:  # noqa: ANN001
+                line = f"{rec.bucket.name()} #{rec.number} {rec.status.value}" + (f" {rec.time_us:.1f}us" if rec.ok else "")
                 bar.update(1)
-                bar.set_postfix_str(f"{rec.bucket.name()} #{rec.number} {rec.status.value}"
-                                    + (f" {rec.time_us:.1f}us" if rec.ok else ""))
+                bar.set_postfix_str(line)
+                if not live:
+                    print(f"  trial {line}", file=sys.stderr, flush=True)
 
             result = tune(key, buckets=buckets, trials=args.trials, search=args.search, target=arch,
                           time_budget_s=args.time_budget, storage=args.storage, seed=args.seed,
