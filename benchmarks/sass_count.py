@@ -1,0 +1,70 @@
+"""Static instruction cost of a pack config on sm_90, without a GPU: compile with the
+specialisations a real launch has (16-byte aligned pointers and strides), disassemble the cubin with
+the cuobjdump that ships with Triton, and count SASS instructions x lanes per packed element.
+
+Straight-line code (pack has no loop), so the static count is the dynamic count of the fast path;
+on the H200 pack's time tracked this number across codec versions (benchmarks/results/pack_h200.md).
+
+    python benchmarks/sass_count.py nvfp4_288 4 32 2        # format BLOCK_T TILES_PER_PROG num_warps
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.pop("TRITON_INTERPRET", None)  # the module's kernels must be JITFunctions
+
+import triton  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from tuner import render as R  # noqa: E402
+from tuner.formats import get_format  # noqa: E402
+from tuner.kernels.pack import render_variant  # noqa: E402
+from tuner.targets import get_target  # noqa: E402
+
+SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16", "n_tokens": "i32",
+             "stride_w": "i32", "page_size": "i32", "page_bytes": "i32", "BLOCK_T": "constexpr",
+             "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr"}
+ALIGNED = ("xw_ptr", "slot_ptr", "cache_ptr", "cache16_ptr", "stride_w", "page_size", "page_bytes")
+
+
+def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, collections.Counter]:
+    fn = R.load(render_variant(fmt, "soft")).pack_kernel
+    names = list(fn.arg_names)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED}
+    src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
+                    constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True})
+    k = triton.compile(src, target=get_target("sm_90").gpu_target(), options={"num_warps": warps, "num_stages": 1})
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as d:
+        cubin = Path(d) / "k.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ops: collections.Counter = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?P\d+\s+)?([A-Z0-9_]+)", line)
+        if m and m.group(2) != "NOP":
+            ops[m.group(2)] += 1
+    n = sum(ops.values())
+    elems = block_t * tiles * get_format(fmt).tile
+    return n, n * 32 * warps / elems, ops
+
+
+def main() -> int:
+    fmt, bt, tpp, nw = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    n, per_elem, ops = count(fmt, bt, tpp, nw)
+    print(f"{fmt} BLOCK_T={bt} TILES_PER_PROG={tpp} num_warps={nw}: {n} SASS instructions, "
+          f"{per_elem:.1f} lane-instructions per element")
+    print("most frequent:", ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
