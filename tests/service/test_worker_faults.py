@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from db import jobs, migrate, queue
 from db.models import KernelConfig, TrialResult
@@ -53,6 +53,38 @@ def n_configs(db: Database) -> int:
     return db.run(lambda s: s.scalar(select(func.count()).select_from(KernelConfig)), write=False)
 
 
+def _holds_write_lock(db_url: str, job_id: int) -> bool:
+    """Whether someone holds the database's write lock (SQLite) or the job's row lock (PostgreSQL):
+    a short write with no retries and a 0.3 s wait either gets through or says busy."""
+    probe = Database(db_url, sqlite_busy_ms=300, retries=0)
+    try:
+        if probe.is_sqlite:
+            probe.run(lambda s: s.execute(text("UPDATE jobs SET id = id WHERE id = :i"), {"i": job_id}))
+        else:
+            def tx(s) -> None:  # noqa: ANN001
+                s.execute(text("SET LOCAL lock_timeout = '300ms'"))
+                s.execute(text("SELECT id FROM jobs WHERE id = :i FOR UPDATE"), {"i": job_id})
+            probe.run(tx)
+        return False
+    except Exception:  # noqa: BLE001 - busy / lock timeout, whatever the driver calls it
+        return True
+    finally:
+        probe.dispose()
+
+
+def freeze(pid: int, db_url: str, job_id: int, tries: int = 50) -> None:
+    """SIGSTOP a worker at a moment it holds no write transaction. A process frozen inside one keeps
+    its lock (SQLite's file lock cannot be taken from a stopped process, and PostgreSQL only frees a
+    row lock when the session ends), which would stall this test, not the fencing it is about."""
+    for _ in range(tries):
+        os.kill(pid, signal.SIGSTOP)
+        if not _holds_write_lock(db_url, job_id):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("could not freeze the worker outside a write transaction")
+
+
 def submit(db: Database, trials: int) -> int:
     return jobs.submit(db, jobs.JobSpec(key=KEY, buckets=(Bucket("N", 1, 4),), trials=trials)).id
 
@@ -83,7 +115,7 @@ def test_worker_frozen_past_its_lease_writes_nothing_when_resumed(db: Database, 
     a = start_worker(db_url, tmp_path / "a.log", "--lease", "2", **SLOW)
     try:
         wait_for(lambda: n_trials(db, job_id, 1) >= 1, 60, "worker A's first trial")
-        os.kill(a.pid, signal.SIGSTOP)
+        freeze(a.pid, db_url, job_id)
         frozen = n_trials(db, job_id, 1)
         time.sleep(3.0)  # past the lease
         assert queue.requeue_expired(db) == 1
