@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_SQLITE_BUSY_MS = 30_000
+# A client stopped inside a transaction (a frozen worker, a stalled VM) keeps its row locks until its
+# session ends. PostgreSQL ends such a session after this long, so nobody waits on a lock holder
+# that is not running; this service's transactions last milliseconds.
+DEFAULT_PG_IDLE_IN_TRANSACTION_MS = 120_000
 # PostgreSQL SQLSTATEs worth retrying: serialization_failure, deadlock_detected, lock_not_available.
 _PG_RETRY_STATES = {"40001", "40P01", "55P03"}
 
@@ -59,7 +63,8 @@ def is_retryable(exc: BaseException) -> bool:
 class Database:
     """One per process (the API, each worker). Thread-safe: sessions are per call."""
 
-    def __init__(self, url: str, *, sqlite_busy_ms: int = DEFAULT_SQLITE_BUSY_MS, retries: int = 8, pool_size: int = 5) -> None:
+    def __init__(self, url: str, *, sqlite_busy_ms: int = DEFAULT_SQLITE_BUSY_MS, retries: int = 8, pool_size: int = 5,
+                 pg_idle_in_transaction_ms: int = DEFAULT_PG_IDLE_IN_TRANSACTION_MS) -> None:
         self.url = normalize_url(url)
         self.retries = retries
         u = make_url(self.url)
@@ -73,6 +78,8 @@ class Database:
             _sqlite_setup(self.engine, sqlite_busy_ms)
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+            if self.dialect == "postgresql":
+                _pg_setup(self.engine, pg_idle_in_transaction_ms)
         # Write transactions on SQLite take the write lock up front (see the module docstring).
         self._write_engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
 
@@ -131,6 +138,15 @@ class Database:
 def _short(e: BaseException, limit: int = 300) -> str:
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
     return (msg[0] if msg else type(e).__name__)[:limit]
+
+
+def _pg_setup(engine: Engine, idle_in_transaction_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_in_transaction_ms)}")
+        cur.close()
+        dbapi_conn.commit()  # a session setting: keep it past this first implicit transaction
 
 
 def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
