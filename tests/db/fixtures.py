@@ -17,6 +17,9 @@ from typing import Iterator
 import pytest
 from sqlalchemy.engine import make_url
 
+from db import migrate
+from db.session import Database
+
 PG_URL = os.environ.get("KVTUNE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -65,3 +68,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # noqa: 
     finally:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         conn.close()
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A migrated `Database` on `db_url`, disposed after the test."""
+
+    d = Database(db_url)
+    migrate.upgrade(d)
+    yield d
+    d.dispose()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from typing import Iterator
 
 import pytest
 from sqlalchemy import func, select, text
@@ -20,14 +19,6 @@ from tuner.results import BucketResult, TrialRecord, TuneResult
 
 KEY = ProblemKey("pack", "interp", 0, 0, 0, ("fp8_528",), 512)
 B1, B2 = Bucket("N", 1, 4), Bucket("N", 5, 64)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    d = Database(db_url)
-    migrate.upgrade(d)
-    yield d
-    d.dispose()
 
 
 def spec(**kw) -> jobs.JobSpec:  # noqa: ANN003

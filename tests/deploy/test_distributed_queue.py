@@ -5,12 +5,11 @@ leaving, and a lost participant."""
 from __future__ import annotations
 
 import time
-from typing import Iterator
 
 import pytest
 from sqlalchemy import func, select
 
-from db import configs, jobs, migrate, queue
+from db import configs, jobs, queue
 from db.errors import LeaseLost
 from db.models import Job, JobParticipant, KernelConfig, TrialResult
 from db.session import Database
@@ -19,14 +18,6 @@ from tuner.results import BucketResult, TrialRecord, TuneResult
 
 KEY = ProblemKey("pack", "interp", 0, 0, 0, ("fp8_528",), 512)
 B1 = Bucket("N", 1, 4)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    d = Database(db_url)
-    migrate.upgrade(d)
-    yield d
-    d.dispose()
 
 
 def submit(db: Database, **kw) -> int:  # noqa: ANN003

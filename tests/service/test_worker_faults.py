@@ -12,12 +12,11 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-import pytest
 from sqlalchemy import func, select, text
 
-from db import jobs, migrate, queue
+from db import jobs, queue
 from db.models import KernelConfig, TrialResult
 from db.session import Database
 from tests.service.procs import start_worker, stop
@@ -26,14 +25,6 @@ from tuner.keys import make_key
 
 KEY = make_key("pack", "interp", formats=["fp8_528"])
 SLOW = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune", "KVTUNE_POLL_S": "0.1", "KVTUNE_FAKE_TRIAL_S": "0.4"}
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    d = Database(db_url)
-    migrate.upgrade(d)
-    yield d
-    d.dispose()
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
