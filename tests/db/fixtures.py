@@ -10,6 +10,7 @@ PostgreSQL cases are skipped with the reason, unless `KVTUNE_REQUIRE_POSTGRES=1`
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
 from typing import Iterator
@@ -78,3 +79,22 @@ def db(db_url: str) -> Iterator[Database]:
     migrate.upgrade(d)
     yield d
     d.dispose()
+
+
+LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def lapse(d: Database, job_id: int, owner: str | None = None) -> None:
+    """End a lease now, as a silent holder's would: the participant `owner`'s lease, or (owner None)
+    the job's own. Tests use this instead of short leases and sleeps, which raced on a loaded CI
+    machine (the lease ran out before the step that needed it live)."""
+    from sqlalchemy import update
+
+    from db.models import Job, JobParticipant
+
+    if owner is None:
+        stmt = update(Job).where(Job.id == job_id).values(lease_expires_at=LONG_AGO)
+    else:
+        stmt = (update(JobParticipant).where(JobParticipant.job_id == job_id, JobParticipant.owner == owner)
+                .values(lease_expires_at=LONG_AGO))
+    d.run(lambda s: s.execute(stmt))

@@ -14,6 +14,7 @@ from db import configs, jobs, migrate, queue
 from db.errors import Conflict, LeaseLost
 from db.models import Job, KernelConfig, KernelSource, LookupMiss, TrialResult
 from db.session import Database
+from tests.db.fixtures import lapse
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
@@ -133,9 +134,9 @@ def test_cancel_of_finished_job_conflicts(db: Database) -> None:
 
 def test_expired_lease_is_requeued_and_old_attempt_writes_nothing(db: Database) -> None:
     jobs.submit(db, spec())
-    old = queue.claim(db, arch="interp", owner="w1", lease_s=0.3)
+    old = queue.claim(db, arch="interp", owner="w1", lease_s=30)
     queue.record_trial(db, old, trial(0), progress={"trials_done": 1}, best={})
-    time.sleep(0.45)
+    lapse(db, old.job_id)
     # Expired but not yet re-queued: already fenced out by the database clock.
     assert not queue.heartbeat(db, old, 30)
     with pytest.raises(LeaseLost):

@@ -4,8 +4,6 @@ leaving, and a lost participant."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sqlalchemy import func, select
 
@@ -13,6 +11,7 @@ from db import configs, jobs, queue
 from db.errors import LeaseLost
 from db.models import Job, JobParticipant, KernelConfig, TrialResult
 from db.session import Database
+from tests.db.fixtures import lapse
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
@@ -95,10 +94,10 @@ def test_two_participants_share_the_budget_and_the_last_publishes_once(db: Datab
 def test_a_participant_past_its_lease_is_fenced_out_and_not_waited_for(db: Database) -> None:
     job_id = submit(db)
     a = queue.claim(db, arch="interp", owner="a", lease_s=30)
-    b = queue.join(db, arch="interp", owner="b", lease_s=0.3)
+    b = queue.join(db, arch="interp", owner="b", lease_s=30)
     assert a is not None and b is not None
     queue.record_shared_trial(db, b, trial(0), is_default=True, total=3)
-    time.sleep(0.45)
+    lapse(db, job_id, "b")
     assert not queue.heartbeat(db, b, 30)  # its own lease ran out: no renewal
     with pytest.raises(LeaseLost):
         queue.record_shared_trial(db, b, trial(1), is_default=False, total=3)
@@ -113,11 +112,13 @@ def test_a_participant_past_its_lease_is_fenced_out_and_not_waited_for(db: Datab
 
 def test_job_is_requeued_only_when_every_participant_is_silent(db: Database) -> None:
     job_id = submit(db)
-    a = queue.claim(db, arch="interp", owner="a", lease_s=0.3)
-    b = queue.join(db, arch="interp", owner="b", lease_s=30)
+    a = queue.claim(db, arch="interp", owner="a", lease_s=30)
+    claimed_until = jobs.get(db, job_id).lease_expires_at
+    b = queue.join(db, arch="interp", owner="b", lease_s=60)
     assert a is not None and b is not None
-    time.sleep(0.45)
-    assert queue.requeue_expired(db) == 0  # b's join pushed the job's lease out
+    assert jobs.get(db, job_id).lease_expires_at > claimed_until  # b's join pushed the job's lease out
+    lapse(db, job_id, "a")  # a falls silent
+    assert queue.requeue_expired(db) == 0
     assert jobs.get(db, job_id).status == "running"
     assert queue.heartbeat(db, b, 0.2)  # a heartbeat never pulls the job's lease in
     assert jobs.get(db, job_id).lease_expires_at > jobs.get(db, job_id).heartbeat_at
@@ -182,14 +183,14 @@ def test_non_distributed_jobs_are_never_joined(db: Database) -> None:
 def test_a_done_participant_takes_over_when_the_other_dies(db: Database) -> None:
     job_id = submit(db)
     a = queue.claim(db, arch="interp", owner="a", lease_s=30)
-    b = queue.join(db, arch="interp", owner="b", lease_s=0.4)
+    b = queue.join(db, arch="interp", owner="b", lease_s=30)
     assert a is not None and b is not None
     assert queue.finish(db, a) is False  # b is live: a waits, heartbeating
     assert queue.take_over(db, a) == "wait"
     assert queue.heartbeat(db, a, 30)  # a done participant keeps its lease
     with pytest.raises(LeaseLost):
         queue.reserve(db, a, "N1-4", 3)  # ...but measures nothing more
-    time.sleep(0.55)  # b dies: its lease runs out
+    lapse(db, job_id, "b")  # b dies: its lease runs out
     assert queue.take_over(db, a) == "last"
     assert parts(db, job_id) == {"a": "publishing", "b": "lost"}
     with pytest.raises(LeaseLost):
@@ -204,9 +205,9 @@ def test_two_waiting_participants_publish_once(db: Database) -> None:
     job_id = submit(db)
     a = queue.claim(db, arch="interp", owner="a", lease_s=30)
     b = queue.join(db, arch="interp", owner="b", lease_s=30)
-    c = queue.join(db, arch="interp", owner="c", lease_s=0.3)
+    c = queue.join(db, arch="interp", owner="c", lease_s=30)
     assert queue.finish(db, a) is False and queue.finish(db, b) is False
-    time.sleep(0.45)  # c dies
+    lapse(db, job_id, "c")  # c dies
     assert [queue.take_over(db, a), queue.take_over(db, b)] == ["last", "wait"]  # a is publishing: live
     queue.complete_shared(db, a, publish_fn(a))
     assert queue.take_over(db, b) == "over"
