@@ -1,4 +1,5 @@
-"""Record a timing table: the full grid of one realistic space per kernel, every bucket, measured on
+"""Record a timing table: the full grid of one realistic space per kernel (`TABLE_SPACES`: the
+family's space with some choices left out), every bucket, measured on
 the local GPU through the benchmark child (verified, CUDA-graph timed). The tables feed the
 simulated runner (`tuner.bench.SimulatedRunner`) that search tests and
 `benchmarks/search_efficiency.py` replay on a CPU.
@@ -32,12 +33,48 @@ from tuner.keys import make_key, parse_buckets  # noqa: E402
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
 
+# The realistic sub-grid recorded per kernel (every parameter not named keeps all its choices):
+# choices that never win on a GPU or that multiply compiles for nothing are left out, so a whole
+# grid fits in minutes of device time. `--restrict NAME=a,b` overrides one parameter.
+TABLE_SPACES: dict[str, dict[str, tuple]] = {
+    "pack": {},  # the whole space (about 100 configs)
+    # fp32 dot operands are a precision option (2x the shared memory, never faster); stage 3 only
+    # deepens a pipeline the gathers cannot feed.
+    "decode": {"DOT": ("bf16",), "num_stages": (1, 2)},
+    # The two paths that keep fp8/e2m1 operands (the dequantizing f16/bf16 paths were 2-3x slower
+    # in the H200 sweep), the seed's 64 heads in one dot, and the tile shapes around the default.
+    "logits": {"dot": ("fp8", "scaled"), "BLOCK_N": (64, 128), "TILES": (4,), "QT": (1, 2), "HEADS": (64,),
+               "num_warps": (4, 8), "num_stages": (2, 3)},
+}
 
-def _work(kernel: str, key, buckets: list[Bucket], table: dict, smoke: bool, max_configs: int | None,
-          target: str) -> list[tuple[Bucket, Config]]:
+
+def parse_restrict(items: list[str], space) -> dict[str, tuple]:  # noqa: ANN001
+    """`NAME=a,b` strings -> {NAME: choices}, each value matched against the parameter's choices
+    by its text (so ints and strings both work)."""
+    out: dict[str, tuple] = {}
+    by_name = {p.name: p for p in space.params}
+    for item in items:
+        name, _, values = item.partition("=")
+        if name not in by_name or not values:
+            raise SystemExit(f"--restrict {item!r}: expected NAME=a,b with NAME one of {sorted(by_name)}")
+        text = {str(c): c for c in by_name[name].choices}
+        bad = [v for v in values.split(",") if v not in text]
+        if bad:
+            raise SystemExit(f"--restrict {item!r}: {bad} not among {list(text)}")
+        out[name] = tuple(text[v] for v in values.split(","))
+    return out
+
+
+def table_space_for(kernel: str, key, restrict: list[str]):  # noqa: ANN001, ANN201
+    space = get_family(kernel).space(key)
+    return space.restrict({**TABLE_SPACES.get(kernel, {}), **parse_restrict(restrict, space)})
+
+
+def _work(kernel: str, key, space, buckets: list[Bucket], table: dict, smoke: bool,  # noqa: ANN001
+          max_configs: int | None, target: str) -> list[tuple[Bucket, Config]]:
     fam = get_family(kernel)
-    configs = [c for c in fam.space(key).grid() if fam.legality(fam.variant_of(c), target) is None]
-    default = fam.default_config(key)
+    configs = [c for c in space.grid() if fam.legality(fam.variant_of(c), target) is None]
+    default = space.default()
     items = []
     for b in buckets:
         cs = list(configs)
@@ -62,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", default=None, help="GPU indices, one benchmark child each (default: one, the current)")
     ap.add_argument("--buckets", default=None, help="lo-hi[@ctx],... (default: the kernel's)")
     ap.add_argument("--max-configs", type=int, default=None, help="per bucket (default: the whole grid)")
+    ap.add_argument("--restrict", action="append", default=[], metavar="NAME=a,b",
+                    help="record only these choices of a parameter (repeatable; overrides TABLE_SPACES)")
     ap.add_argument("--resume", action="store_true", help="keep the entries of an existing table and add the rest")
     ap.add_argument("--out-dir", default=str(TABLE_DIR))
     ap.add_argument("--heads", type=int, default=16)
@@ -101,9 +140,12 @@ def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.
         table = load_table(out)
         if table["meta"]["key"] != key.to_json():
             raise SystemExit(f"{out} was recorded for another key; move it away or drop --resume")
+    space = table_space_for(kernel, key, args.restrict)
+    if table is not None and table["meta"]["space"] != space.to_json():
+        raise SystemExit(f"{out} was recorded over another space; move it away or drop --resume")
     if table is None:
-        table = new_table(key, kernel, target, runners[0].info(), space=fam.space(key).to_json())
-    items = _work(kernel, key, buckets, table, args.smoke, args.max_configs, target)
+        table = new_table(key, kernel, target, runners[0].info(), space=space.to_json())
+    items = _work(kernel, key, space, buckets, table, args.smoke, args.max_configs, target)
     print(f"{key.slug()}: {len(items)} entries to measure on {len(runners)} device(s) -> {out}", flush=True)
     todo: queue.Queue[tuple[Bucket, Config]] = queue.Queue()
     for it in items:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna  # noqa: E402
 
-from tuner.bench import SimulatedRunner, load_table, synthetic_table  # noqa: E402
+from tuner.bench import SimulatedRunner, load_table, synthetic_table, table_space  # noqa: E402
 from tuner.core import Bucket, ProblemKey, TrialStatus  # noqa: E402
 from tuner.results import TrialRecord  # noqa: E402
 from tuner.search import SEARCHES, tune  # noqa: E402
@@ -39,7 +39,9 @@ def trials_to_target(table: dict[str, Any], bucket: Bucket, search: str, seed: i
     best = min(e["time_us"] for e in entries.values() if e["status"] == "ok")
     goal = best * (1 + within)
     n_grid = len(entries)
-    runner = SimulatedRunner(table, missing=TrialStatus.CRASHED)  # a partial table: unmeasured = failed
+    # The search runs on the table's own grid (`table_space`): what the recorder did not measure is
+    # pruned there, as the infeasible is in the real space.
+    runner = SimulatedRunner(table, missing=TrialStatus.CRASHED)
     state: dict[str, int | None] = {"n": 0, "hit": None}
 
     def on_trial(rec: TrialRecord) -> None:
@@ -48,7 +50,7 @@ def trials_to_target(table: dict[str, Any], bucket: Bucket, search: str, seed: i
             state["hit"] = state["n"]
 
     key = ProblemKey.from_json(table["meta"]["key"])
-    tune(key, buckets=[bucket], trials=n_grid, search=search, seed=seed, runner=runner,
+    tune(key, buckets=[bucket], trials=n_grid, search=search, seed=seed, runner=runner, space=table_space(table),
          family=table["meta"]["family"], on_trial=on_trial, should_stop=lambda: state["hit"] is not None)
     return state["hit"], n_grid
 
@@ -91,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
 
     raw: list[dict[str, Any]] = []
     for name, table in _tables(args):
+        grid = {k for b in table["buckets"].values() for k in b["entries"]}
         for bname, b in table["buckets"].items():
             if not any(e["status"] == "ok" for e in b["entries"].values()):
+                continue
+            if len(b["entries"]) < len(grid):  # cut by the recorder's time limit: its best is unknown
+                print(f"{name} {bname}: skipped, {len(b['entries'])} of {len(grid)} configs recorded", file=sys.stderr)
                 continue
             bucket = Bucket.from_json(b["bucket"])
             for search in SEARCHES:

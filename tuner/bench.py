@@ -36,9 +36,12 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Mapping, Protocol
+from typing import IO, TYPE_CHECKING, Any, Mapping, Protocol
 
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+
+if TYPE_CHECKING:
+    from tuner.kernels.base import Space
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ERROR_LIMIT = 2000  # characters of error text kept per trial
@@ -494,6 +497,25 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
                 table_put(table, b, c, Measurement(TrialStatus.OK, time_us=round(t, 4)))
     table["meta"]["complete"] = True
     return table
+
+
+def table_space(table: Mapping[str, Any]) -> "Space":
+    """The search space a table was recorded over: the parameters and choices of its metadata,
+    feasible exactly where the table has an entry (the recorder measured every feasible, legal
+    config of that grid). Searching it in simulation prunes what the real space would prune,
+    without the family's current code, which may have grown parameters since."""
+    from tuner.kernels.base import Param, Space
+
+    params = tuple(Param(p["name"], tuple(p["choices"]), p["default"], bool(p.get("render")))
+                   for p in table["meta"]["space"])
+    if not params:
+        raise ValueError("the table's metadata records no space")
+    recorded = {k for b in table["buckets"].values() for k in b["entries"]}
+
+    def _recorded(c: Config) -> str | None:
+        return None if c.to_json() in recorded else "not in the recorded grid"
+
+    return Space(params=params, constraints=(_recorded,))
 
 
 class SimulatedRunner:

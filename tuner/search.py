@@ -128,15 +128,18 @@ class _Current:
 def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
                 search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
                 on_trial: Callable[[TrialRecord], None] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> BucketResult | None:
+                should_stop: Callable[[], bool] | None = None, space: Space | None = None) -> BucketResult | None:
     """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
-    (stopped before the default ran)."""
+    (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
+    sub-grid); its default is then trial 0."""
     from tuner.bench import Candidate
 
     fam = get_family(family)
     target = runner.target
-    space = fam.space(key)
-    default = fam.default_config(key)
+    if space is None:
+        space, default = fam.space(key), fam.default_config(key)
+    else:
+        default = space.default()
     names = space.names()
     study = optuna.create_study(study_name=study_name(key, bucket), storage=storage, direction="minimize",
                                 sampler=make_sampler(search, seed, trials), load_if_exists=True)
@@ -226,14 +229,15 @@ def _bucket_result(study: optuna.Study, bucket: Bucket, default: Config, pruned:
 def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 32, search: str = "tpe",
          target: str = "auto", time_budget_s: float | None = None, storage: str | None = None, seed: int = 0,
          on_trial: Callable[[TrialRecord], None] | None = None, should_stop: Callable[[], bool] | None = None,
-         runner: "BenchRunner | Runner | None" = None, family: str | None = None) -> TuneResult:
+         runner: "BenchRunner | Runner | None" = None, family: str | None = None,
+         space: Space | None = None) -> TuneResult:
     """Tune `key` bucket by bucket and return per-bucket default vs best (verified) results.
 
     `family` defaults to `key.kernel` (a registered name or a dotted path); `buckets` default to the
     family's; `runner` defaults to a `BenchRunner` on `target` that is closed at the end (a runner
     passed in is left open). `on_trial` is called after every measured trial, failures included;
     `should_stop` is polled between trials for a clean early exit. A key whose arch is "auto" takes
-    the runner's target.
+    the runner's target. `space` replaces the family's search space (see `tune_bucket`).
     """
     from tuner.bench import BenchRunner
 
@@ -262,7 +266,7 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
             # Each bucket gets an equal share of what is left, so an early bucket cannot starve the rest.
             deadline = None if end is None else time.monotonic() + max(0.0, end - time.monotonic()) / (len(todo) - i)
             r = tune_bucket(run, fam_name, key, b, trials=trials, search=search, seed=seed, storage=storage,
-                            deadline=deadline, on_trial=on_trial, should_stop=should_stop)
+                            deadline=deadline, on_trial=on_trial, should_stop=should_stop, space=space)
             if r is not None:
                 results.append(r)
         info = run.info()

@@ -196,3 +196,42 @@ def test_key_and_runner_must_agree(table: dict) -> None:
         tune(pack_key("nvfp4_288", "sm_90"), runner=SimulatedRunner(table))
     with pytest.raises(ValueError, match="unknown search"):
         tune(SIM_KEY, search="anneal", runner=SimulatedRunner(table))
+
+
+def test_a_table_recorded_over_a_sub_grid_is_searched_on_that_grid(table: dict) -> None:
+    # What benchmarks/record_table.py does: record a restriction of the family's space; the search
+    # then runs on the table's own grid and never asks for a config outside it (the runner raises).
+    from tuner.bench import table_space
+    from tuner.kernels.pack import space as pack_space
+
+    sub = pack_space("nvfp4_288").restrict({"BLOCK_T": (2, 4), "num_warps": (1, 2)})
+    keep = {c.to_json() for c in sub.grid()}
+    small = json.loads(json.dumps(table))
+    small["meta"]["space"] = sub.to_json()
+    for b in small["buckets"].values():
+        b["entries"] = {k: e for k, e in b["entries"].items() if k in keep}
+    b = SIM_BUCKETS[0]
+    n = len(small["buckets"][b.name()]["entries"])
+    assert 0 < n < len(table["buckets"][b.name()]["entries"])
+    space = table_space(small)
+    assert space.default() == sub.default()
+    for search in ("grid", "random", "tpe"):
+        res = tune(SIM_KEY, buckets=[b], trials=10_000, search=search, runner=SimulatedRunner(small), space=space)
+        measured = {t.config.to_json() for t in res.buckets[0].trials}
+        assert measured == set(small["buckets"][b.name()]["entries"]), search
+        assert res.buckets[0].best.time_us == _best_in_table(small, b)[0], search
+
+
+def test_restrict_keeps_the_default_and_known_choices() -> None:
+    from tuner.kernels.pack import space as pack_space
+
+    full = pack_space("nvfp4_288")
+    sub = full.restrict({"num_warps": (1, 2, 4)})
+    assert [p.choices for p in sub.params if p.name == "num_warps"] == [(1, 2, 4)]
+    assert sub.default() == full.default() and set(sub.grid()) <= set(full.grid())
+    with pytest.raises(ValueError, match="default"):
+        full.restrict({"num_warps": (8,)})
+    with pytest.raises(ValueError, match="not among"):
+        full.restrict({"num_warps": (2, 3)})
+    with pytest.raises(ValueError, match="unknown"):
+        full.restrict({"WARPS": (2,)})

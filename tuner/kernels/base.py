@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.render import Rendered
@@ -67,6 +67,26 @@ class Space:
 
     def to_json(self) -> list[dict[str, Any]]:
         return [p.to_json() for p in self.params]
+
+    def restrict(self, choices: Mapping[str, Sequence[Any]]) -> "Space":
+        """The same space with fewer choices for some parameters (same constraints): a sub-grid
+        small enough to measure whole. Each subset must keep the parameter's default."""
+        unknown = set(choices) - set(self.names())
+        if unknown:
+            raise ValueError(f"unknown parameters {sorted(unknown)}; known: {list(self.names())}")
+        params = []
+        for p in self.params:
+            if p.name not in choices:
+                params.append(p)
+                continue
+            keep = tuple(c for c in p.choices if c in tuple(choices[p.name]))
+            extra = [c for c in choices[p.name] if c not in p.choices]
+            if extra:
+                raise ValueError(f"{p.name}: {extra} are not among {list(p.choices)}")
+            if p.default not in keep:
+                raise ValueError(f"{p.name}: a restriction must keep the default {p.default!r}")
+            params.append(Param(p.name, keep, p.default, p.render))
+        return Space(params=tuple(params), constraints=self.constraints)
 
 
 @dataclass(frozen=True)
