@@ -284,7 +284,9 @@ def _amd_stats(amdgcn: str) -> dict[str, Any]:
     }
 
 
-def _child(req: dict[str, Any]) -> dict[str, Any]:
+def compile_request(req: dict[str, Any]) -> Any:
+    """Compile one request (`_request(case, target)`) in this process and return Triton's compiled
+    kernel (its `asm` holds ptx/cubin or amdgcn). The process must not be under TRITON_INTERPRET."""
     import triton
     from triton.compiler import ASTSource
 
@@ -299,9 +301,16 @@ def _child(req: dict[str, Any]) -> dict[str, Any]:
     names = list(fn.arg_names)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items() if ty.startswith("*")}
     src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"], attrs=attrs)
+    return triton.compile(src, target=target.gpu_target(),
+                          options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
+
+
+def _child(req: dict[str, Any]) -> dict[str, Any]:
+    from tuner.targets import get_target
+
+    target = get_target(req["target"])
     try:
-        k = triton.compile(src, target=target.gpu_target(),
-                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
+        k = compile_request(req)
     except Exception as e:  # a compile error is a result: the table records it
         return {"status": "illegal", "error": _last_words(f"{type(e).__name__}: {e}")}
     out: dict[str, Any] = {"status": "compiled", "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0)}

@@ -1,0 +1,112 @@
+"""Static profile of decode / logits configs on an NVIDIA target, without a GPU: compile each config
+as a real launch specialises it (16-byte aligned pointers), read registers and spills from ptxas,
+disassemble the cubin with the cuobjdump that ships with Triton and count SASS instructions by
+class (tensor-core ops, global/shared memory, barriers, shuffles, conversions).
+
+A static count is not a time: loops run their bodies many times and latency is invisible here. It
+answers structural questions before device time is spent: does a variant use wgmma (HGMMA) or
+mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips a tile costs.
+
+    python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "" --cfg "MMA=keys_m"
+    python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "" --cfg "BLOCK_N=64,MMA=keys_m"
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
+
+import triton  # noqa: E402
+
+from tuner.compile import _nvidia_stats, _request, compile_request  # noqa: E402
+from tuner.core import Config  # noqa: E402
+from tuner.kernels.base import XCompileCase  # noqa: E402
+
+CLASSES = {  # SASS opcode prefix -> class reported
+    "HGMMA": "wgmma", "HMMA": "mma.sync", "QGMMA": "wgmma", "IMMA": "mma.sync",
+    "LDG": "ld.global", "STG": "st.global", "LDS": "ld.shared", "STS": "st.shared", "LDSM": "ldmatrix",
+    "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
+    "LDL": "local (spill)", "STL": "local (spill)",
+}
+
+
+def parse_cfg(text: str, base: Config) -> Config:
+    """`NAME=v,NAME=v` over `base`; each value is read as the type of the base's value."""
+    cfg = base
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        old = base.as_dict()[name]
+        cfg = cfg.replace(**{name: type(old)(value)})
+    return cfg
+
+
+def case_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> tuple[XCompileCase, Config]:
+    if kernel == "decode":
+        import tuner.kernels.decode as D
+
+        cfg = parse_cfg(text, D.default_config(*formats))
+        return D.FAMILY._main_case(*(D.get_format(f) for f in formats), cfg["backend"], cfg, split=True), cfg
+    import tuner.kernels.logits as L
+
+    cfg = parse_cfg(text, L.default_config(formats[0], q_dtype))
+    return L._xcompile_case(formats[0], cfg["dot"], cfg["backend"], q_dtype, cfg, formats[0]), cfg
+
+
+def profile(case: XCompileCase, target: str) -> dict[str, Any]:
+    k = compile_request(_request(case, target))
+    stats = _nvidia_stats(k.asm["ptx"], int(target.removeprefix("sm_")))
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as d:
+        cubin = Path(d) / "k.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ops: collections.Counter = collections.Counter()
+    total = 0
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if not m or m.group(2) == "NOP":
+            continue
+        total += 1
+        op = m.group(2)
+        for prefix, cls in CLASSES.items():
+            if op == prefix or op.startswith(prefix + "_") or op.startswith(prefix):
+                ops[cls] += 1
+                break
+    return {**stats, "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), "sass": total, "ops": dict(ops)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kernel", choices=["decode", "logits"])
+    ap.add_argument("--fmt", required=True, help="decode: comp,win; logits: the cache format")
+    ap.add_argument("--q-dtype", default="fp8", help="logits query dtype (fp8 or bf16)")
+    ap.add_argument("--cfg", action="append", default=None, help="NAME=v,... over the default (repeatable)")
+    ap.add_argument("--target", default="sm_90")
+    args = ap.parse_args(argv)
+    cols = ["registers", "spills", "shared_bytes", "sass"] + sorted(set(CLASSES.values()))
+    print("| config | " + " | ".join(cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for text in args.cfg or [""]:
+        case, cfg = case_for(args.kernel, args.fmt.split(","), args.q_dtype, text)
+        try:
+            p = profile(case, args.target)
+        except Exception as e:  # a variant that does not compile is a row, not a crash
+            print(f"| {text or 'default'} | compile error: {str(e).splitlines()[0][:120]} |")
+            continue
+        row = [p.get(c, p["ops"].get(c, 0)) for c in cols]
+        print(f"| {text or 'default'} | " + " | ".join(str(v) for v in row) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
