@@ -27,7 +27,7 @@ from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
 from tuner.kernels.decode import (  # noqa: E402
     ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
-    verify_decode, workspace_numel,
+    max_partials, verify_decode, workspace_numel,
 )
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -71,7 +71,8 @@ def _sets(pools: dict[str, Any], pair: tuple[str, str], shape: Shape, n_tok: int
     g = torch.Generator(device=device).manual_seed(seed)
     h = shape.heads
     out = (torch.empty(n_tok, h, 512, dtype=torch.bfloat16, device=device), torch.empty(n_tok, h, dtype=torch.float32, device=device))
-    ws = torch.empty(workspace_numel(n_tok, h, MAX_SPLITS), dtype=torch.float32, device=device)
+    ws = torch.empty(workspace_numel(n_tok, h, max_partials(shape.topk, shape.window)), dtype=torch.float32, device=device)
+    counters = torch.zeros(n_tok, dtype=torch.int32, device=device)  # left zero by every launch
     sets = []
     for _ in range(n_sets):
         def idx(n: int, pool: int) -> torch.Tensor:
@@ -83,14 +84,14 @@ def _sets(pools: dict[str, Any], pair: tuple[str, str], shape: Shape, n_tok: int
             "comp_cache": pools[pair[0] + ":comp"], "win_cache": pools[pair[1] + ":win"],
             "topk_idx": idx(shape.topk, shape.comp_pool), "window_idx": idx(shape.window, shape.win_pool),
             "attn_sink": torch.randn(h, device=device, generator=g) * 2, "sm_scale": 1.0 / math.sqrt(512),
-            "page_size": PAGE, "win_page_size": PAGE, "out": out, "workspace": ws,
+            "page_size": PAGE, "win_page_size": PAGE, "out": out, "workspace": ws, "counters": counters,
         })
     return sets
 
 
 def _launch(pair: tuple[str, str], cfg: Config, s: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"], PAGE,
-                  s["sm_scale"], s["attn_sink"], cfg, out=s["out"], workspace=s["workspace"])
+                  s["sm_scale"], s["attn_sink"], cfg, out=s["out"], workspace=s["workspace"], counters=s["counters"])
 
 
 def _check(pair: tuple[str, str], cfg: Config, s: dict[str, Any]) -> str | None:
@@ -123,6 +124,11 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
             c = d.replace(BLOCK_N=bn, MMA=mma, num_warps=nw, num_stages=ns, NUM_SPLITS=sp)
             if c not in out:
                 out.append(c)
+    # One program per list chunk and the in-kernel merge, on the default tile (auto splits).
+    for lists, comb in (("apart", "kernel"), ("apart", "fused"), ("both", "fused")):
+        c = d.replace(LISTS=lists, COMBINE=comb)
+        if c not in out:
+            out.append(c)
     return out
 
 
@@ -200,7 +206,9 @@ def main() -> int:
             for n_tok in shape.ts:
                 s = _sets(pools, pair, shape, n_tok, 1, device, seed=n_tok)[0]
                 d = default_config(*pair).replace(backend=backend)
-                for cfg in (d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m")):
+                for cfg in (d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m"),
+                            d.replace(LISTS="apart", COMBINE="fused"), d.replace(LISTS="apart", NUM_SPLITS=2),
+                            d.replace(COMBINE="fused", NUM_SPLITS=4)):
                     bad = _check(pair, cfg, s)
                     checks.append({"pair": "+".join(pair), "backend": backend, "T": n_tok, "config": cfg.as_dict(),
                                    "result": bad or "pass"})

@@ -1,5 +1,6 @@
 """The sparse decode tile against the float64 reference: every legal variant, split and unsplit,
-both MMA orientations, ragged and empty key lists, different page sizes; plus the legality table."""
+both MMA orientations, both list layouts (LISTS) and both merges (COMBINE), ragged and empty key
+lists, different page sizes; plus the fused merge's counters and the legality table."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tuner.core import Bucket, Config
 from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from tuner.kernels.base import e2m1_backend_legality
 from tuner.kernels.decode import (
-    DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, cfg_backends, decode, decode_key, default_config, make_decode_inputs,
-    render_variant, space, verify_decode,
+    DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_key, default_config,
+    make_decode_inputs, max_partials, render_variant, run_decode, space, split_plan, verify_decode, workspace_numel,
 )
 from tuner.reference import compare, decode_reference
 
@@ -45,6 +46,12 @@ def _configs(comp: str, win: str, backend: str) -> list[Config]:
         base,  # AUTO splits: 4 "SMs" under the interpreter -> 1 split at T=3
         base.replace(NUM_SPLITS=2, BLOCK_N=32, MMA="keys_m", num_warps=4),
         base.replace(NUM_SPLITS=4, DOT="fp32"),
+        # One list per program, merged in-kernel: 2 + 1 programs (32-key chunks of 40 and 20 keys).
+        base.replace(NUM_SPLITS=2, LISTS="apart", COMBINE="fused"),
+        # One list per program, merged by decode_combine: 3 + 2 programs of 16 keys, keys on M.
+        base.replace(NUM_SPLITS=4, LISTS="apart", BLOCK_N=16, MMA="keys_m", num_warps=4),
+        # Both lists per program, merged in-kernel.
+        base.replace(NUM_SPLITS=4, COMBINE="fused"),
     ]
 
 
@@ -141,6 +148,10 @@ def test_decode_rejects_bad_arguments(device: str) -> None:
     bad("infeasible decode config", config=default_config(comp, win).replace(BLOCK_N=24))
     bad("infeasible decode config", config=default_config(comp, win).replace(DOT="fp32", BLOCK_N=64))
     bad("heads must be", q=torch.zeros(T, 65, 512, dtype=torch.bfloat16, device=device))
+    bad("counters must be", counters=torch.zeros(T - 1, dtype=torch.int32, device=device))
+    bad("counters must be", counters=torch.zeros(T, dtype=torch.int64, device=device))
+    bad("workspace must be", config=default_config(comp, win).replace(NUM_SPLITS=2, LISTS="apart"),
+        workspace=torch.empty(workspace_numel(T, H, 2), device=device))  # apart: 3 partials per token here
     with pytest.raises(ValueError, match="unknown e2m1 backend"):
         render_variant(comp, win, "cuda")
 
@@ -148,12 +159,17 @@ def test_decode_rejects_bad_arguments(device: str) -> None:
 def test_space_is_data() -> None:
     sp = space("nvfp4_288", "fp8_528")
     doc = json.loads(json.dumps(sp.to_json()))
-    assert [p["name"] for p in doc] == ["backend", "BLOCK_N", "NUM_SPLITS", "DOT", "MMA", "num_warps", "num_stages"]
+    assert [p["name"] for p in doc] == ["backend", "BLOCK_N", "NUM_SPLITS", "LISTS", "COMBINE", "DOT", "MMA",
+                                        "num_warps", "num_stages"]
     assert [p["name"] for p in doc if p["render"]] == ["backend"]
     grid = list(sp.grid())
     assert default_config("nvfp4_288", "fp8_528") in grid
     assert all(sp.infeasible(c) is None for c in grid)
     assert all(not (c["DOT"] == "fp32" and c["BLOCK_N"] == 64) for c in grid)
+    # The new axes default to today's kernel, and no constraint involves them.
+    d = default_config("nvfp4_288", "fp8_528")
+    assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
+    assert sum(1 for c in grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 4 == len(grid)
     # No e2m1 side: no backend axis, and every backend renders the same module.
     assert cfg_backends("fp8_584", "fp8_584") == ("soft",)
     assert render_variant("fp8_584", "fp8_584", "ptx").source == render_variant("fp8_584", "fp8_584", "soft").source
@@ -220,6 +236,71 @@ def test_xcompile_table_matches_the_issue() -> None:
             for b in cfg_backends(comp, win):
                 assert (b, f"{comp}+{win}", t) in seen
         assert ("soft", "combine", t) in seen and ("soft", "nvfp4_288+fp8_528 split8", t) in seen
+        assert ("soft", "nvfp4_288+fp8_528 apart fused", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert len(aborted) == 2 * len([p for p in ISSUE_PAIRS if "nvfp4_288" in p])  # 2 gfx targets per e2m1 pair
+
+
+def test_apart_split_plan() -> None:
+    """LISTS=apart: one chunk size for both lists (the compressed list's share per split, in whole
+    BLOCK_N blocks), so every program walks about the same number of keys; always partials."""
+    cpu = torch.device("cpu")
+    base = default_config("nvfp4_288", "fp8_528").replace(LISTS="apart")
+
+    def plan(s: int, bn: int = 32, t: int = 1, topk: int = 512, window: int = 128) -> tuple[int, int, int]:
+        p = split_plan(base.replace(NUM_SPLITS=s, BLOCK_N=bn), t, topk, window, cpu)
+        assert p.apart and p.partial and p.comp_chunk == p.win_chunk
+        return p.comp_splits, p.programs - p.comp_splits, p.comp_chunk
+
+    assert plan(1) == (1, 1, 512)  # even one split per list writes two partials
+    assert plan(2) == (2, 1, 256)
+    assert plan(4) == (4, 1, 128)
+    assert plan(16) == (16, 4, 32)  # one 32-key gather round per program
+    assert plan(32) == (16, 4, 32)  # chunks never below one block
+    assert plan(32, bn=16) == (32, 8, 16)
+    assert plan(2, topk=40, window=20) == (2, 1, 32)
+    # AUTO (4 "SMs" under the interpreter): halved until the window's programs fit in one wave too.
+    auto = base.replace(NUM_SPLITS=0)
+    assert split_plan(auto, 1, 70, 9, cpu).programs <= 4
+    # LISTS=both is today's plan.
+    both = split_plan(base.replace(LISTS="both", NUM_SPLITS=4), 1, 512, 128, cpu)
+    assert (both.programs, both.comp_chunk, both.win_chunk, both.apart) == (4, 128, 32, False)
+    # make_decode_inputs' workspace covers every config of the space.
+    for topk, window in ((512, 128), (40, 20), (24, 8), (16, 200)):
+        bound = max_partials(topk, window)
+        for c in space("nvfp4_288", "fp8_528").grid():
+            if c["NUM_SPLITS"] <= MAX_SPLITS:
+                assert split_plan(c, 1, topk, window, cpu).programs <= bound, (topk, window, c.to_json())
+
+
+def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
+    """A fused launch leaves its arrival counters at zero, so the same buffers serve the next
+    launch (what a CUDA-graph replay does) with the same result; and it matches decode_combine."""
+    comp, win = "nvfp4_288", "fp8_528"
+    inp = _inputs(comp, win, device, sink=True, seed=7)
+    assert int(inp["counters"].abs().sum()) == 0
+    base = default_config(comp, win)
+    for cfg in (base.replace(NUM_SPLITS=2, LISTS="apart", COMBINE="fused"), base.replace(NUM_SPLITS=4, COMBINE="fused")):
+        results = []
+        for _ in range(2):
+            _poison(inp)
+            o, lse = run_decode(comp, win, cfg, inp)
+            assert int(inp["counters"].abs().sum()) == 0, cfg.to_json()
+            assert verify_decode(comp, win, inp, (o, lse)) is None, cfg.to_json()
+            results.append((o.clone(), lse.clone()))
+        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1]), cfg.to_json()
+        # The same partials merged by the second kernel.
+        _poison(inp)
+        ok, lk = run_decode(comp, win, cfg.replace(COMBINE="kernel"), inp)
+        assert compare(results[0][0], ok, 1e-3) is None and compare(results[0][1], lk, 1e-5) is None, cfg.to_json()
+    # Without caller-provided counters the launcher makes its own (zeroed) ones.
+    cfg = base.replace(NUM_SPLITS=2, LISTS="apart", COMBINE="fused")
+    i = inp
+    o, lse = decode(i["q"], i["comp_cache"], comp, i["topk_idx"], i["win_cache"], win, i["window_idx"], i["page_size"],
+                    i["sm_scale"], i["attn_sink"], cfg, win_page_size=i["win_page_size"])
+    assert verify_decode(comp, win, inp, (o, lse)) is None
+    # A config tuned before LISTS/COMBINE existed still runs (as LISTS=both, COMBINE=kernel).
+    old = Config.from_dict({k: v for k, v in base.replace(NUM_SPLITS=2).as_dict().items() if k not in ("LISTS", "COMBINE")})
+    _poison(inp)
+    assert verify_decode(comp, win, inp, run_decode(comp, win, old, inp)) is None

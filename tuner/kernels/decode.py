@@ -2,14 +2,16 @@
 window, read straight from quantized paged caches.
 
 A program handles one token for all of its heads (the heads of an MQA token share every gathered
-row, so each record is loaded and dequantized once) over one split of its two key lists; with more
-than one split, partial results are merged by their log-sum-exp in a second kernel
-(flash-decoding), so that a batch of one token still fills the GPU.
+row, so each record is loaded and dequantized once) over one split of its two key lists (or, with
+LISTS=apart, over a chunk of one of them); with more than one program per token, partial results
+are merged by their log-sum-exp (flash-decoding), so that a batch of one token still fills the GPU:
+in a second kernel (COMBINE=kernel) or by the token's last program to finish (COMBINE=fused).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -74,6 +76,18 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             Param("backend", backends, "soft", render=True),
             Param("BLOCK_N", (16, 32, 64), 32),
             Param("NUM_SPLITS", (AUTO, 1, 2, 4, 8, 16, 32), AUTO),
+            # How grid axis 1 covers the two key lists (see split_plan): "both" = every program
+            # walks a share of each list, one after the other; "apart" = each program walks a chunk
+            # of one list, so the window list's gather rounds run beside the compressed list's.
+            # "apart" always writes partials, even at one split.
+            Param("LISTS", ("both", "apart"), "both"),
+            # Who merges the partials: a second launch (decode_combine) or, "fused", the token's
+            # last program to finish (an int32 arrival counter per token; see `decode`'s counters).
+            # No constraint ties COMBINE to the split count: where a launch writes no partials
+            # (LISTS=both with one split, given or AUTO) the launcher ignores it. That leaves one
+            # duplicate slice in the grid (NUM_SPLITS=1, LISTS=both, COMBINE=fused), but keeps every
+            # config valid at every T, which AUTO needs anyway (it resolves to one split at large T).
+            Param("COMBINE", ("kernel", "fused"), "kernel"),
             Param("DOT", ("bf16", "fp32"), "bf16"),
             Param("MMA", ("heads_m", "keys_m"), "heads_m"),
             # Defaults: BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits was the fastest
@@ -118,19 +132,73 @@ def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device) -> int:
-    """The split count a launch uses: the config's, or for AUTO enough programs to cover the SMs
-    once (one program per token per split), never splitting the compressed list below one block."""
+def _sms(device: torch.device) -> int:
+    return _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How grid axis 1 of one launch covers a token's two key lists."""
+
+    programs: int  # programs per token (grid axis 1); each writes a partial when there are several
+    comp_splits: int  # apart: programs [0, comp_splits) walk the compressed list, the others the window
+    comp_chunk: int  # keys of the compressed list per program
+    win_chunk: int  # keys of the window list per program
+    apart: bool
+
+    @property
+    def partial(self) -> bool:
+        return self.programs > 1
+
+
+def _apart_plan(splits: int, topk: int, window: int, block_n: int) -> SplitPlan:
+    # One chunk size for both lists, so that every program walks about the same number of keys:
+    # the compressed list's share per split rounded up to whole BLOCK_N blocks (no half-masked
+    # gather rounds; it can only lower the program count), and the window list cut into chunks of
+    # that same size. The seed shape (topk 512, window 128, BLOCK_N 32): NUM_SPLITS 1 -> 1 + 1
+    # programs (512 and 128 keys), 4 -> 4 + 1 (128 keys each), 16 -> 16 + 4 (32 keys, one gather
+    # round each). With window <= topk there are at most 2 * NUM_SPLITS programs.
+    chunk = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
+    comp, win = triton.cdiv(topk, chunk), triton.cdiv(window, chunk)
+    return SplitPlan(programs=comp + win, comp_splits=comp, comp_chunk=chunk, win_chunk=chunk, apart=True)
+
+
+def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, window: int | None = None) -> int:
+    """The split count of the compressed list a launch uses: the config's, or for AUTO enough
+    programs to cover the SMs once (one program per token per split), never splitting the
+    compressed list below one block. With LISTS=apart (and `window` given) AUTO then halves the
+    count while the window list's programs, which come on top, would take the grid past one wave."""
     s = int(cfg["NUM_SPLITS"])
     if s != AUTO:
         return s
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS
+    sms = _sms(device)
     cap = max(1, _pow2_floor(topk // cfg["BLOCK_N"]))
-    return max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
+    s = max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
+    if cfg.get("LISTS") == "apart" and window is not None:
+        while s > 1 and n_tokens * _apart_plan(s, topk, window, cfg["BLOCK_N"]).programs > sms:
+            s //= 2
+    return s
+
+
+def split_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> SplitPlan:
+    """Grid axis 1 of a launch. LISTS=both: `resolve_splits` programs, each over a 1/S share of
+    both lists (today's kernel). LISTS=apart: see `_apart_plan` (always at least two programs)."""
+    s = resolve_splits(cfg, n_tokens, topk, device, window)
+    if cfg.get("LISTS", "both") == "apart":
+        return _apart_plan(s, topk, window, int(cfg["BLOCK_N"]))
+    return SplitPlan(programs=s, comp_splits=s, comp_chunk=triton.cdiv(topk, s), win_chunk=triton.cdiv(window, s),
+                     apart=False)
+
+
+def max_partials(topk: int, window: int, max_splits: int = MAX_SPLITS) -> int:
+    """The most partials per token a launch with NUM_SPLITS <= max_splits writes, any LISTS and
+    BLOCK_N (a larger BLOCK_N or fewer splits only make chunks longer, hence fewer programs)."""
+    return max(max_splits, _apart_plan(max_splits, topk, window, 1).programs)
 
 
 def workspace_numel(n_tokens: int, heads: int, splits: int) -> int:
-    """fp32 elements of scratch a split launch needs: partial outputs, then (max, sum) pairs."""
+    """fp32 elements of scratch a launch with `splits` partials per token (`SplitPlan.programs`;
+    the split count for LISTS=both) needs: partial outputs, then (max, sum) pairs."""
     return n_tokens * splits * heads * (512 + 2)
 
 
@@ -167,11 +235,15 @@ def decode(
     win_page_size: int | None = None,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     workspace: torch.Tensor | None = None,
+    counters: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MQA decode: `q[T, H, 512]` bf16 over the `topk_idx` slots of the compressed cache and
     the `window_idx` slots of the window cache (int32, -1 = none). Returns `(o[T, H, 512] bf16,
-    lse[T, H] fp32)`. `out` (o, lse) and `workspace` (flat fp32, `workspace_numel` elements) may be
-    preallocated so that a launch allocates nothing (CUDA-graph capture)."""
+    lse[T, H] fp32)`. `out` (o, lse), `workspace` (flat fp32, `workspace_numel` elements for the
+    launch's `split_plan(...).programs` partials; `max_partials` bounds them) and `counters` (int32,
+    at least T elements, zero-initialised once by the caller: used by COMBINE=fused, and left zero by
+    every completed launch) may be preallocated so that a launch allocates nothing (CUDA-graph
+    capture). Without `counters` a fused launch allocates zeroed ones itself."""
     cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
     wps = page_size if win_page_size is None else win_page_size
     if q.dim() != 3 or q.shape[2] != 512 or q.dtype != torch.bfloat16 or q.stride(2) != 1:
@@ -191,6 +263,8 @@ def decode(
     if len({t.device for t in tensors}) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in tensors})}")
     cfg = config or default_config(cf, wf)
+    # Configs tuned before the LISTS and COMBINE axes existed meant what their defaults do.
+    cfg = Config.from_dict({"LISTS": "both", "COMBINE": "kernel", **cfg.as_dict()})
     why = space(cf, wf).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible decode config {cfg.to_json()}: {why}")
@@ -207,38 +281,52 @@ def decode(
         raise ValueError("out[0] must be a contiguous bf16[T, H, 512]")
     if lse.shape != (n_tok, heads) or lse.dtype != torch.float32 or not lse.is_contiguous():
         raise ValueError("out[1] must be a contiguous fp32[T, H]")
+
+    if counters is not None and (counters.dtype != torch.int32 or not counters.is_contiguous()
+                                 or counters.numel() < n_tok or counters.device != q.device):
+        raise ValueError(f"counters must be a contiguous int32 tensor of at least T={n_tok} elements on {q.device}")
     if n_tok == 0:
         return o, lse
 
     topk, window = topk_idx.shape[1], window_idx.shape[1]
-    splits = resolve_splits(cfg, n_tok, topk, q.device)
-    need = workspace_numel(n_tok, heads, splits) if splits > 1 else 0
+    plan = split_plan(cfg, n_tok, topk, window, q.device)
+    parts = plan.programs
+    need = workspace_numel(n_tok, heads, parts) if plan.partial else 0
     if workspace is None:
         workspace = torch.empty(max(need, 1), dtype=torch.float32, device=q.device)
     elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
         raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
-    part_o = workspace[: n_tok * splits * heads * 512]
-    part_ml = workspace[n_tok * splits * heads * 512 :]
+    part_o = workspace[: n_tok * parts * heads * 512]
+    part_ml = workspace[n_tok * parts * heads * 512 :]
+    fused = plan.partial and cfg["COMBINE"] == "fused"
+    if fused and counters is None:
+        counters = torch.zeros(n_tok, dtype=torch.int32, device=q.device)
+    # Without a fused merge the counters are never touched: any int32 tensor keeps the signature.
+    cnt = counters if fused else topk_idx
 
     mod = _module(cf.name, wf.name, cfg["backend"])
     # Chunks are runtime ints on a GPU (one binary for every split count); see STATIC_TRIPS.
     static = interpreting()
-    comp_chunk, win_chunk = triton.cdiv(topk, splits), triton.cdiv(window, splits)
+    # The merges load every partial's (max, sum) in one [BLOCK_S, heads] block: a fixed size so
+    # that the split count stays a runtime int (LISTS=apart can exceed MAX_SPLITS partials).
+    block_s = max(MAX_SPLITS, triton.next_power_of_2(parts))
     block_h = max(16, triton.next_power_of_2(heads))
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
-    mod.decode_kernel[(n_tok, splits)](
-        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+    mod.decode_kernel[(n_tok, parts)](
+        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
-        comp_chunk, win_chunk, float(sm_scale) * math.log2(math.e),
-        BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], STATIC_TRIPS=static,
-        COMP_CHUNK=comp_chunk if static else 0, WIN_CHUNK=win_chunk if static else 0, SPLIT=splits > 1, HAS_SINK=attn_sink is not None,
-        DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m", UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
+        BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
+        COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
+        N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, FUSED=fused,
+        HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
+        UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
-    if splits > 1:
+    if plan.partial and not fused:
         mod.decode_combine[(n_tok, 512 // COMBINE_BLOCK_D)](
-            part_o, part_ml, sink, o, lse, heads, splits,
-            BLOCK_H=block_h, BLOCK_S=MAX_SPLITS, STATIC_TRIPS=static, SPLITS=splits if static else 0,
+            part_o, part_ml, sink, o, lse, heads, parts,
+            BLOCK_H=block_h, BLOCK_S=block_s, STATIC_TRIPS=static, SPLITS=parts if static else 0,
             BLOCK_D=COMBINE_BLOCK_D,
             HAS_SINK=attn_sink is not None, num_warps=4,
         )
@@ -287,7 +375,8 @@ def make_decode_inputs(
     comp_fmt: str, win_fmt: str, n_tok: int, heads: int, topk: int, window: int, device: str, seed: int,
     page_size: int = DECODE_PAGE_SIZE, win_page_size: int | None = None, sink: bool = True, max_splits: int = MAX_SPLITS,
 ) -> dict[str, Any]:
-    """One launch's inputs with preallocated outputs and workspace (see `decode`'s `out`)."""
+    """One launch's inputs with preallocated outputs, workspace and arrival counters (see `decode`'s
+    `out`, `workspace`, `counters`), sized for any config with NUM_SPLITS <= max_splits."""
     cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
     wps = win_page_size or page_size
     g = torch.Generator().manual_seed(seed)
@@ -305,7 +394,9 @@ def make_decode_inputs(
         "win_page_size": wps,
         "out": (torch.empty(n_tok, heads, 512, dtype=torch.bfloat16, device=device),
                 torch.empty(n_tok, heads, dtype=torch.float32, device=device)),
-        "workspace": torch.empty(workspace_numel(n_tok, heads, max_splits), dtype=torch.float32, device=device),
+        "workspace": torch.empty(workspace_numel(n_tok, heads, max_partials(topk, window, max_splits)),
+                                 dtype=torch.float32, device=device),
+        "counters": torch.zeros(max(n_tok, 1), dtype=torch.int32, device=device),  # left zero by every launch
     }
     return inputs
 
@@ -314,7 +405,7 @@ def run_decode(comp_fmt: str, win_fmt: str, config: Config | None, inputs: dict[
     i = inputs
     return decode(i["q"], i["comp_cache"], comp_fmt, i["topk_idx"], i["win_cache"], win_fmt, i["window_idx"],
                   i["page_size"], i["sm_scale"], i["attn_sink"], config, win_page_size=i["win_page_size"],
-                  out=i["out"], workspace=i["workspace"])
+                  out=i["out"], workspace=i["workspace"], counters=i.get("counters"))
 
 
 def verify_decode(comp_fmt: str, win_fmt: str, inputs: dict[str, Any], outputs: tuple[torch.Tensor, torch.Tensor]) -> str | None:
@@ -333,11 +424,13 @@ def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
     return {
         "q_ptr": "*bf16", "comp_ptr": "*u8", "topk_ptr": "*i32", "win_ptr": "*u8", "widx_ptr": "*i32",
         "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
-        "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32", "comp_page_bytes": "i32",
+        "cnt_ptr": "*i32", "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32", "comp_page_bytes": "i32",
         "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32", "stride_qh": "i32",
-        "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32", "scale_log2": "fp32",
-        "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "STATIC_TRIPS": "constexpr", "COMP_CHUNK": "constexpr",
-        "WIN_CHUNK": "constexpr", "SPLIT": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
+        "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32", "comp_splits": "i32",
+        "scale_log2": "fp32",
+        "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "BLOCK_S": "constexpr", "STATIC_TRIPS": "constexpr",
+        "COMP_CHUNK": "constexpr", "WIN_CHUNK": "constexpr", "N_PARTS": "constexpr", "SPLIT": "constexpr",
+        "APART": "constexpr", "FUSED": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
         "SWAP": "constexpr", "UPCAST": "constexpr",
     }
 
@@ -396,7 +489,9 @@ class _DecodeFamily:
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
-        of the main kernel once, and the combine kernel once."""
+        of the main kernel once, its one-list-per-program + fused-merge variant (LISTS=apart,
+        COMBINE=fused: both list branches, the arrival atomic and the in-kernel merge) once, and
+        the combine kernel once."""
         cases: list[XCompileCase] = []
         for comp, win in ISSUE_PAIRS:
             cf, wf = get_format(comp), get_format(win)
@@ -406,6 +501,7 @@ class _DecodeFamily:
         cf, wf = get_format(ISSUE_PAIRS[0][0]), get_format(ISSUE_PAIRS[0][1])
         cfg = default_config(cf, wf)
         cases.append(self._main_case(cf, wf, "soft", cfg, split=True))
+        cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True))
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
@@ -415,19 +511,23 @@ class _DecodeFamily:
         return cases
 
     @staticmethod
-    def _main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool) -> XCompileCase:
+    def _main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool,
+                   apart: bool = False, fused: bool = False) -> XCompileCase:
         splits = 8 if split else 1  # only names the case: split counts are runtime ints
+        detail = f"{cf.name}+{wf.name}" + (f" split{splits}" if split and not (apart or fused) else "")
+        detail += (" apart" if apart else "") + (" fused" if fused else "")
         return XCompileCase(
             variant=backend,
             rendered=render_variant(cf, wf, backend),
             kernel_name="decode_kernel",
             signature=_signature(cf, wf),
-            constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "SPLIT": split, "HAS_SINK": True,
-                        "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0,
+            constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": MAX_SPLITS, "SPLIT": split,
+                        "APART": apart, "FUSED": fused, "HAS_SINK": True,
+                        "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0,
                         "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False},
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
-            detail=f"{cf.name}+{wf.name}" + (f" split{splits}" if split else ""),
+            detail=detail,
         )
 
 

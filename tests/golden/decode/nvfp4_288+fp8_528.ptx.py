@@ -171,6 +171,29 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
 
 
 @triton.jit
+def _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk, topk, window,
+          comp_page_size, comp_page_bytes, win_page_size, win_page_bytes, m_i, l_i, acc, scale_log2,
+          BLOCK_N: tl.constexpr, APART: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr,
+          UPCAST: tl.constexpr):
+    if APART:
+        # One list per program, picked per program (a uniform branch; both paths are compiled in):
+        # programs [0, comp_splits) take chunks of the compressed list, the others of the window list.
+        if sp < comp_splits:
+            m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
+                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+        else:
+            m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp - comp_splits, win_chunk, window, win_page_size,
+                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+    else:
+        # The split's share of the compressed list, then of the window list.
+        m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+        m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def decode_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
     comp_ptr,  # uint8 pages of the compressed cache
@@ -180,8 +203,9 @@ def decode_kernel(
     sink_ptr,  # [H] fp32 (unused without HAS_SINK)
     o_ptr,  # [T, H, D] bf16, contiguous
     lse_ptr,  # [T, H] fp32, contiguous
-    part_o_ptr,  # SPLIT: [T, S, H, D] fp32 unnormalised partial outputs
-    part_ml_ptr,  # SPLIT: [T, S, H, 2] fp32 (running max in log2 units, sum of exp2)
+    part_o_ptr,  # SPLIT: [T, P, H, D] fp32 unnormalised partial outputs, P = programs per token
+    part_ml_ptr,  # SPLIT: [T, P, H, 2] fp32 (running max in log2 units, sum of exp2)
+    cnt_ptr,  # FUSED: [T] int32 arrival counters, zero before the launch and left zero after it
     n_heads,
     topk,
     window,
@@ -193,15 +217,20 @@ def decode_kernel(
     stride_qh,
     stride_kt,
     stride_wt,
-    comp_chunk,  # keys of the compressed list per split
-    win_chunk,  # keys of the window list per split
+    comp_chunk,  # keys of the compressed list per program
+    win_chunk,  # keys of the window list per program
+    comp_splits,  # APART: programs 0..comp_splits-1 walk the compressed list, the others the window list
     scale_log2,  # sm_scale * log2(e)
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # FUSED: a power of two >= the programs per token
     STATIC_TRIPS: tl.constexpr,  # loop bounds from the constexprs below (for the interpreter)
     COMP_CHUNK: tl.constexpr,
     WIN_CHUNK: tl.constexpr,
-    SPLIT: tl.constexpr,
+    N_PARTS: tl.constexpr,  # programs per token (the fused merge's trip count)
+    SPLIT: tl.constexpr,  # write a partial (more than one program per token)
+    APART: tl.constexpr,  # each program walks one list (see _walk)
+    FUSED: tl.constexpr,  # the token's last program to finish merges the partials (no second kernel)
     HAS_SINK: tl.constexpr,
     DOT_FP32: tl.constexpr,
     SWAP: tl.constexpr,  # keys on the MMA's M side (see _attend)
@@ -209,7 +238,7 @@ def decode_kernel(
 ):
     tok = tl.program_id(0)
     sp = tl.program_id(1)
-    n_split = tl.num_programs(1)
+    n_part = tl.num_programs(1)
     t64 = tok.to(tl.int64)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, D)
@@ -225,30 +254,68 @@ def decode_kernel(
     else:
         acc = tl.zeros([BLOCK_H, D], tl.float32)
 
-    # The split's share of the compressed list, then of the window list.
     # Triton 3.6's interpreter cannot loop to a runtime bound (numpy 2 refuses int() of its
     # one-element scalars, and it merges values assigned under an `if`), so under it the chunks
     # come as constexprs; GPUs take them at run time: one binary for every split count.
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
     if STATIC_TRIPS:
-        m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_ptr + t64 * stride_kt, sp, COMP_CHUNK, topk, comp_page_size,
-                                   comp_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
-        m_i, l_i, acc = _win_pass(q, win_ptr, widx_ptr + t64 * stride_wt, sp, WIN_CHUNK, window, win_page_size,
-                                  win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+        m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, COMP_CHUNK, WIN_CHUNK,
+                              topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, DOT_FP32, SWAP, UPCAST)
     else:
-        m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_ptr + t64 * stride_kt, sp, comp_chunk, topk, comp_page_size,
-                                   comp_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
-        m_i, l_i, acc = _win_pass(q, win_ptr, widx_ptr + t64 * stride_wt, sp, win_chunk, window, win_page_size,
-                                  win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+        m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk,
+                              topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, DOT_FP32, SWAP, UPCAST)
 
     if SWAP:
         acc = tl.trans(acc)
     if SPLIT:
-        row = (t64 * n_split + sp) * n_heads + h
+        row = (t64 * n_part + sp) * n_heads + h
         tl.store(part_o_ptr + row[:, None] * D + d[None, :], acc, mask=hmask[:, None])
         tl.store(part_ml_ptr + row * 2, m_i, mask=hmask)
         tl.store(part_ml_ptr + row * 2 + 1, l_i, mask=hmask)
+        if FUSED:
+            # Arrival: the barrier puts every thread's partial stores before the (single-thread)
+            # atomic, whose release publishes them at GPU scope; its acquire makes the partials of
+            # the programs that arrived earlier visible to the loads below. The last to arrive
+            # merges, then leaves the counter at zero for the next launch (and CUDA-graph replays).
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + tok, 1, sem="acq_rel", scope="gpu")
+            if arrived == n_part - 1:
+                if STATIC_TRIPS:
+                    _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, N_PARTS, n_heads, h, d, hmask,
+                                 BLOCK_S, HAS_SINK)
+                else:
+                    _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, n_part, n_heads, h, d, hmask,
+                                 BLOCK_S, HAS_SINK)
+                tl.store(cnt_ptr + tok, 0)
     else:
         _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m_i, l_i, acc, HAS_SINK)
+
+
+@triton.jit
+def _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, n_parts, n_heads, h, d, hmask,
+                 BLOCK_S: tl.constexpr, HAS_SINK: tl.constexpr):
+    # decode_combine's merge for all heads and dims of one token: M = the max of the partials'
+    # maxima (log2 units), weights 2**(m_s - M); _finish adds the sink to o's denominator only.
+    # The (max, sum) pairs come in one load; the partial outputs one [H, D] block per iteration,
+    # unrolled so that several loads are in flight at once.
+    s = tl.arange(0, BLOCK_S)
+    ml_row = (t64 * n_parts + s[:, None]) * n_heads + h[None, :]
+    ml_mask = (s[:, None] < n_parts) & hmask[None, :]
+    ms = tl.load(part_ml_ptr + ml_row * 2, mask=ml_mask, other=float("-inf"))
+    ls = tl.load(part_ml_ptr + ml_row * 2 + 1, mask=ml_mask, other=0.0)
+    big = tl.max(ms, axis=0)
+    big_use = tl.where(big == float("-inf"), 0.0, big)
+    l = tl.sum(ls * tl.exp2(ms - big_use[None, :]), axis=0)
+    acc = tl.zeros([h.shape[0], D], tl.float32)
+    for i in tl.range(0, n_parts, loop_unroll_factor=4):
+        row = (t64 * n_parts + i) * n_heads + h
+        m_s = tl.load(part_ml_ptr + row * 2, mask=hmask, other=float("-inf"))
+        part = tl.load(part_o_ptr + row[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0)
+        acc += part * tl.exp2(m_s - big_use)[:, None]
+    _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, big, l, acc, HAS_SINK)
 
 
 @triton.jit
