@@ -49,7 +49,7 @@ def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, c
         sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     ops: collections.Counter = collections.Counter()
     for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?P\d+\s+)?([A-Z0-9_]+)", line)
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?P\d+\s+)?([A-Z0-9_]+)", line)
         if m and m.group(2) != "NOP":
             ops[m.group(2)] += 1
     n = sum(ops.values())

@@ -55,7 +55,9 @@ def case_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> tuple[
         import tuner.kernels.decode as D
 
         cfg = parse_cfg(text, D.default_config(*formats))
-        return D.FAMILY._main_case(*(D.get_format(f) for f in formats), cfg["backend"], cfg, split=True), cfg
+        case = D.FAMILY._main_case(*(D.get_format(f) for f in formats), cfg["backend"], cfg, split=True,
+                                   apart=cfg["LISTS"] == "apart", fused=cfg["COMBINE"] == "fused")
+        return case, cfg
     import tuner.kernels.logits as L
 
     cfg = parse_cfg(text, L.default_config(formats[0], q_dtype))
@@ -73,7 +75,7 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
     ops: collections.Counter = collections.Counter()
     total = 0
     for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
         if not m or m.group(2) == "NOP":
             continue
         total += 1

@@ -84,11 +84,14 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
     assert cfgs, f"no legal variant for {fmt} q={q_dtype} on {target_name}"
     for cfg in cfgs:
         _check(p, fmt, cfg)
+        # The other MMA orientation: keys on M (scores transposed, heads summed along N).
+        _check(p, fmt, cfg.replace(MMA="keys_m"))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
-            # the other page lookup.
+            # the other page lookup; keys on M with two tokens' heads on N.
             other = "key" if cfg["PAGE_LOOKUP"] == "tile" else "tile"
             _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2))
+            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, MMA="keys_m", num_warps=2))
 
 
 def test_default_config_runs(device: str) -> None:
@@ -170,7 +173,7 @@ def test_space_is_data_and_family_protocol() -> None:
             sp = FAMILY.space(key)
             doc = json.loads(json.dumps(sp.to_json()))
             assert [d["name"] for d in doc] == ["dot", "backend", "BLOCK_N", "TILES", "QT", "HEADS", "PAGE_LOOKUP",
-                                                "num_warps", "num_stages"]
+                                                "MMA", "num_warps", "num_stages"]
             dflt = FAMILY.default_config(key)
             assert sp.infeasible(dflt) is None
             assert FAMILY.variant_of(dflt) in FAMILY.variants()

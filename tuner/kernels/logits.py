@@ -122,6 +122,9 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             Param("QT", (1, 2, 4), 1),
             Param("HEADS", tuple(h for h in (16, 32, 64, 128) if h <= heads), heads),
             Param("PAGE_LOOKUP", ("tile", "key"), "tile"),
+            # heads_m: scores[heads, keys] = q K^T, the sum over heads crosses the warps that split M;
+            # keys_m: scores^T = K q^T, K feeds the MMA from registers and heads are summed in-thread.
+            Param("MMA", ("heads_m", "keys_m"), "heads_m"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
         ),
@@ -231,6 +234,7 @@ def logits(
         t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
         TILE_LOOKUP=cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0, Q_FP8=qdt == "fp8",
+        KEYS_M=cfg["MMA"] == "keys_m",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
@@ -403,12 +407,12 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
             "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
             "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
-            "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr",
+            "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr", "KEYS_M": "constexpr",
         },
         constexprs={
             "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
             "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
-            "Q_FP8": q_dtype == "fp8",
+            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m",
         },
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
@@ -433,7 +437,8 @@ class _LogitsFamily:
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
-        fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot)."""
+        fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot)
+        and the keys-on-M orientation of the fp8 and scaled paths."""
         cases = []
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
@@ -445,6 +450,11 @@ class _LogitsFamily:
                 cases.append(_xcompile_case(fmt, dot, backend, qdt, cfg, f"{fmt} q={qdt}"))
         prefill = default_config("mxfp4_68", "fp8").replace(QT=2, HEADS=32, BLOCK_N=128, PAGE_LOOKUP="key")
         cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", prefill, "mxfp4_68 q=fp8 QT=2 HEADS=32"))
+        # Keys on the MMA's M side, for each format's fp8 path and for dot_scaled.
+        for fmt in LOGITS_FORMATS:
+            for dot in ("fp8", "scaled"):
+                cfg = default_config(fmt, "fp8").replace(dot=dot, MMA="keys_m")
+                cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg, f"{fmt} q=fp8 keys_m"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:

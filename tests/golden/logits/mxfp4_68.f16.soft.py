@@ -108,16 +108,29 @@ def _load_q(q_ptr, w_ptr, t_vec, t_ok, h0, R: tl.constexpr, HI: tl.constexpr, HE
 @triton.jit
 def _heads(
     q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3,
-    R: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr, Q_FP8: tl.constexpr,
+    R: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
 ):
     # sum over the HEADS heads of w * relu(q . K) for R tokens: [R, BLOCK_N].
+    # KEYS_M puts the keys on the MMA's M side (scores^T[BLOCK_N, R * HEADS] = K q^T): K is the A
+    # operand straight from registers, q the B operand, and the sum over heads runs along N, inside
+    # each thread's accumulator fragment, instead of across the warps that split M.
     # One K=32 dot per ue8m0 chunk, each partial scaled by its key's chunk scale in fp32.
-    s = tl.dot(q0, tl.trans(k0)) * s0[None, :]
-    s += tl.dot(q1, tl.trans(k1)) * s1[None, :]
-    s += tl.dot(q2, tl.trans(k2)) * s2[None, :]
-    s += tl.dot(q3, tl.trans(k3)) * s3[None, :]
-    s = tl.reshape(tl.maximum(s, 0.0), [R, HEADS, BLOCK_N])
-    return tl.sum(s * w[:, :, None], axis=1)
+    if KEYS_M:
+        s = tl.dot(k0, tl.trans(q0)) * s0[:, None]
+        s += tl.dot(k1, tl.trans(q1)) * s1[:, None]
+        s += tl.dot(k2, tl.trans(q2)) * s2[:, None]
+        s += tl.dot(k3, tl.trans(q3)) * s3[:, None]
+    else:
+        s = tl.dot(q0, tl.trans(k0)) * s0[None, :]
+        s += tl.dot(q1, tl.trans(k1)) * s1[None, :]
+        s += tl.dot(q2, tl.trans(k2)) * s2[None, :]
+        s += tl.dot(q3, tl.trans(k3)) * s3[None, :]
+    if KEYS_M:
+        s = tl.reshape(tl.maximum(s, 0.0), [BLOCK_N, R, HEADS])
+        return tl.trans(tl.sum(s * w[None, :, :], axis=2))
+    else:
+        s = tl.reshape(tl.maximum(s, 0.0), [R, HEADS, BLOCK_N])
+        return tl.sum(s * w[:, :, None], axis=1)
 
 
 @triton.jit
@@ -125,7 +138,7 @@ def _program(
     q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
     t_vec, base, n_tokens, max_len, max_pages, page_bytes,
     R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr,
+    TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
 ):
     # Keys [base, base + TILES * BLOCK_N) for R query tokens of one sequence: every output element
     # of that block is written, -inf outside each token's [k_start, k_end).
@@ -151,13 +164,13 @@ def _program(
             page, ok = _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, PAGE, BLOCK_N, TILE_LOOKUP)
             k0, k1, k2, k3, s0, s1, s2, s3 = _load_k(cache_ptr, page, j, ok, page_bytes, PAGE, BLOCK_N)
             if HEADS == HI:
-                acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8)
+                acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
             else:
                 # Fewer heads per dot: smaller accumulators, the query re-read (from cache) per group.
                 acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
                 for g in tl.static_range(HI // HEADS):
                     q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, g * HEADS, R, HI, HEADS, Q_FP8)
-                    acc += _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8)
+                    acc += _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
             live = ok[None, :] & (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
             tl.store(out_row + j[None, :], tl.where(live, acc, float("-inf")),
                      mask=t_ok[:, None] & (j < max_len)[None, :])
@@ -190,6 +203,7 @@ def logits_kernel(
     HEADS: tl.constexpr,
     TILE_LOOKUP: tl.constexpr,
     Q_FP8: tl.constexpr,
+    KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.
@@ -197,7 +211,7 @@ def logits_kernel(
     t0 = tl.program_id(1) * QT
     if QT == 1:
         _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
-                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8)
+                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M)
     else:
         t_vec = t0 + tl.arange(0, QT)
         t_ok = t_vec < n_tokens
@@ -207,10 +221,10 @@ def logits_kernel(
         if same:
             # Prefill: the QT tokens share their sequence's K tiles, one dot of QT * HEADS rows.
             _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
-                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8)
+                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M)
         else:
             # A group straddling sequences: each token on its own.
             for g in tl.static_range(QT):
                 _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
                          base, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
-                         TILE_LOOKUP, Q_FP8)
+                         TILE_LOOKUP, Q_FP8, KEYS_M)
