@@ -125,7 +125,8 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
             if c not in out:
                 out.append(c)
     # One program per list chunk and the in-kernel merge, on the default tile (auto splits).
-    for lists, comb in (("apart", "kernel"), ("apart", "fused"), ("both", "fused")):
+    for lists, comb in (("apart", "kernel"), ("apart", "fused"), ("both", "fused"), ("separate", "kernel"),
+                        ("separate", "fused")):
         c = d.replace(LISTS=lists, COMBINE=comb)
         if c not in out:
             out.append(c)
@@ -208,7 +209,8 @@ def main() -> int:
                 d = default_config(*pair).replace(backend=backend)
                 for cfg in (d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m"),
                             d.replace(LISTS="apart", COMBINE="fused"), d.replace(LISTS="apart", NUM_SPLITS=2),
-                            d.replace(COMBINE="fused", NUM_SPLITS=4)):
+                            d.replace(COMBINE="fused", NUM_SPLITS=4), d.replace(LISTS="separate"),
+                            d.replace(LISTS="separate", COMBINE="fused", NUM_SPLITS=16)):
                     bad = _check(pair, cfg, s)
                     checks.append({"pair": "+".join(pair), "backend": backend, "T": n_tok, "config": cfg.as_dict(),
                                    "result": bad or "pass"})

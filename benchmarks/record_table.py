@@ -17,6 +17,8 @@ complete buckets and one partial one; `meta.complete` says whether the whole gri
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import queue
 import random
 import sys
@@ -38,9 +40,9 @@ TABLE_DIR = Path(__file__).resolve().parent / "tables"
 # grid fits in minutes of device time. `--restrict NAME=a,b` overrides one parameter.
 TABLE_SPACES: dict[str, dict[str, tuple]] = {
     "pack": {},  # the whole space (about 100 configs)
-    # fp32 dot operands are a precision option (2x the shared memory, never faster); stage 3 only
-    # deepens a pipeline the gathers cannot feed.
-    "decode": {"DOT": ("bf16",), "num_stages": (1, 2)},
+    # fp32 dot operands are a precision option (2x the shared memory, never faster); deeper
+    # pipelines than one stage did not pay in the H200 sweep; AUTO and two fixed split counts.
+    "decode": {"DOT": ("bf16",), "num_stages": (1,), "NUM_SPLITS": (0, 4, 16)},
     # The two paths that keep fp8/e2m1 operands (the dequantizing f16/bf16 paths were 2-3x slower
     # in the H200 sweep), the seed's 64 heads in one dot, and the tile shapes around the default.
     "logits": {"dot": ("fp8", "scaled"), "BLOCK_N": (64, 128), "TILES": (4,), "QT": (1, 2), "HEADS": (64,),
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restrict", action="append", default=[], metavar="NAME=a,b",
                     help="record only these choices of a parameter (repeatable; overrides TABLE_SPACES)")
     ap.add_argument("--resume", action="store_true", help="keep the entries of an existing table and add the rest")
+    ap.add_argument("--precompile-jobs", type=int, default=min(12, os.cpu_count() or 1),
+                    help="processes that compile every entry before timing starts (GPU only; 0 or 1: off)")
     ap.add_argument("--out-dir", default=str(TABLE_DIR))
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--topk", type=int, default=512)
@@ -128,6 +132,57 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _precompile_share(kernel: str, key_json: dict, share: list[tuple[dict, dict]], device: str = "cuda") -> int:
+    """Worker of `precompile`: launch each (bucket, config) once on small real inputs of its bucket,
+    so that Triton's JIT compiles it into the shared on-disk cache. Failures are the bench child's
+    to classify later; a sticky CUDA error ends this worker's share."""
+    import torch
+
+    from tuner.core import ProblemKey
+
+    fam = get_family(kernel)
+    key = ProblemKey.from_json(key_json)
+    inputs: dict[str, object] = {}
+    done = 0
+    for bj, cj in share:
+        b, c = Bucket.from_json(bj), Config.from_dict(cj)
+        if b.name() not in inputs:
+            inputs[b.name()] = fam.make_inputs(key, b, device, 1)
+        try:
+            fam.run(key, c, inputs[b.name()])
+            if device == "cuda":
+                torch.cuda.synchronize()
+            done += 1
+        except Exception as e:  # noqa: BLE001
+            if "CUDA" in str(e) or "illegal" in str(e):
+                break
+    return done
+
+
+def precompile(kernel: str, key, items: list[tuple[Bucket, Config]], jobs: int, device: str = "cuda") -> None:  # noqa: ANN001
+    """Compile every entry to measure in `jobs` processes before the (serial) timing starts: the
+    bench child then finds each binary in Triton's cache. Compiling is CPU work and the timing
+    child compiles one candidate at a time, so on a 16-core GPU host this is most of a table's
+    device time saved. Best effort: whatever fails here is compiled and judged by the child."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    if jobs < 2 or not items:
+        return
+    t0 = time.monotonic()
+    # Grouped by variant so that each process renders and loads few modules; round-robin shares.
+    order = sorted(items, key=lambda bc: (json.dumps(bc[1].as_dict(), sort_keys=True), bc[0].name()))
+    shares = [[(b.to_json(), c.as_dict()) for b, c in order[i::jobs]] for i in range(jobs)]
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for n in pool.map(_precompile_share, [kernel] * jobs, [key.to_json()] * jobs, shares, [device] * jobs):
+                done += n
+    except Exception as e:  # noqa: BLE001  (a broken pool only loses the head start)
+        print(f"  precompile stopped: {type(e).__name__}: {e}", flush=True)
+    print(f"  precompiled {done}/{len(items)} entries in {jobs} processes, {time.monotonic() - t0:.0f} s", flush=True)
+
+
 def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.Namespace, end: float) -> None:
     fam = get_family(kernel)
     key = make_key(kernel, target, args.heads, args.topk, args.window)
@@ -147,6 +202,8 @@ def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.
         table = new_table(key, kernel, target, runners[0].info(), space=space.to_json())
     items = _work(kernel, key, space, buckets, table, args.smoke, args.max_configs, target)
     print(f"{key.slug()}: {len(items)} entries to measure on {len(runners)} device(s) -> {out}", flush=True)
+    if target != "interp":
+        precompile(kernel, key, items, args.precompile_jobs)
     todo: queue.Queue[tuple[Bucket, Config]] = queue.Queue()
     for it in items:
         todo.put(it)

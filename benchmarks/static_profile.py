@@ -50,18 +50,23 @@ def parse_cfg(text: str, base: Config) -> Config:
     return cfg
 
 
-def case_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> tuple[XCompileCase, Config]:
+def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[tuple[str, XCompileCase]]:
+    """The kernels one launch of the config runs, named (decode LISTS=separate: one per list)."""
     if kernel == "decode":
         import tuner.kernels.decode as D
 
         cfg = parse_cfg(text, D.default_config(*formats))
-        case = D.FAMILY._main_case(*(D.get_format(f) for f in formats), cfg["backend"], cfg, split=True,
-                                   apart=cfg["LISTS"] == "apart", fused=cfg["COMBINE"] == "fused")
-        return case, cfg
+        fmts = [D.get_format(f) for f in formats]
+        apart, fused = cfg["LISTS"] != "both", cfg["COMBINE"] == "fused"
+        if cfg["LISTS"] == "separate":
+            return [(f"{text} [{name}]", D.FAMILY._main_case(*fmts, cfg["backend"], cfg, split=True, apart=True,
+                                                             fused=fused, only=only))
+                    for only, name in ((1, "comp"), (2, "win"))]
+        return [(text, D.FAMILY._main_case(*fmts, cfg["backend"], cfg, split=True, apart=apart, fused=fused))]
     import tuner.kernels.logits as L
 
     cfg = parse_cfg(text, L.default_config(formats[0], q_dtype))
-    return L._xcompile_case(formats[0], cfg["dot"], cfg["backend"], q_dtype, cfg, formats[0]), cfg
+    return [(text, L._xcompile_case(formats[0], cfg["dot"], cfg["backend"], q_dtype, cfg, formats[0]))]
 
 
 def profile(case: XCompileCase, target: str) -> dict[str, Any]:
@@ -99,14 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     print("| config | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for text in args.cfg or [""]:
-        case, cfg = case_for(args.kernel, args.fmt.split(","), args.q_dtype, text)
-        try:
-            p = profile(case, args.target)
-        except Exception as e:  # a variant that does not compile is a row, not a crash
-            print(f"| {text or 'default'} | compile error: {str(e).splitlines()[0][:120]} |")
-            continue
-        row = [p.get(c, p["ops"].get(c, 0)) for c in cols]
-        print(f"| {text or 'default'} | " + " | ".join(str(v) for v in row) + " |", flush=True)
+        for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text):
+            try:
+                p = profile(case, args.target)
+            except Exception as e:  # a variant that does not compile is a row, not a crash
+                print(f"| {name or 'default'} | compile error: {str(e).splitlines()[0][:120]} |")
+                continue
+            row = [p.get(c, p["ops"].get(c, 0)) for c in cols]
+            print(f"| {name or 'default'} | " + " | ".join(str(v) for v in row) + " |", flush=True)
     return 0
 
 

@@ -52,6 +52,10 @@ def _configs(comp: str, win: str, backend: str) -> list[Config]:
         base.replace(NUM_SPLITS=4, LISTS="apart", BLOCK_N=16, MMA="keys_m", num_warps=4),
         # Both lists per program, merged in-kernel.
         base.replace(NUM_SPLITS=4, COMBINE="fused"),
+        # One launch per list (the window launch's partials after the compressed one's), merged
+        # by decode_combine, then by the last program of the second launch.
+        base.replace(NUM_SPLITS=2, LISTS="separate"),
+        base.replace(NUM_SPLITS=4, LISTS="separate", COMBINE="fused", MMA="keys_m", num_warps=4),
     ]
 
 
@@ -169,7 +173,7 @@ def test_space_is_data() -> None:
     # The new axes default to today's kernel, and no constraint involves them.
     d = default_config("nvfp4_288", "fp8_528")
     assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
-    assert sum(1 for c in grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 4 == len(grid)
+    assert sum(1 for c in grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(grid)
     # No e2m1 side: no backend axis, and every backend renders the same module.
     assert cfg_backends("fp8_584", "fp8_584") == ("soft",)
     assert render_variant("fp8_584", "fp8_584", "ptx").source == render_variant("fp8_584", "fp8_584", "soft").source
@@ -237,6 +241,8 @@ def test_xcompile_table_matches_the_issue() -> None:
                 assert (b, f"{comp}+{win}", t) in seen
         assert ("soft", "combine", t) in seen and ("soft", "nvfp4_288+fp8_528 split8", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 apart fused", t) in seen
+        assert ("soft", "nvfp4_288+fp8_528 apart separate comp", t) in seen
+        assert ("soft", "nvfp4_288+fp8_528 apart separate win", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert len(aborted) == 2 * len([p for p in ISSUE_PAIRS if "nvfp4_288" in p])  # 2 gfx targets per e2m1 pair
@@ -260,6 +266,9 @@ def test_apart_split_plan() -> None:
     assert plan(32) == (16, 4, 32)  # chunks never below one block
     assert plan(32, bn=16) == (32, 8, 16)
     assert plan(2, topk=40, window=20) == (2, 1, 32)
+    # LISTS=separate: the same chunks, launched one list at a time.
+    sep = split_plan(base.replace(LISTS="separate", NUM_SPLITS=16), 1, 512, 128, cpu)
+    assert sep.separate and (sep.comp_splits, sep.programs, sep.comp_chunk) == (16, 20, 32)
     # AUTO (4 "SMs" under the interpreter): halved until the window's programs fit in one wave too.
     auto = base.replace(NUM_SPLITS=0)
     assert split_plan(auto, 1, 70, 9, cpu).programs <= 4
@@ -281,7 +290,8 @@ def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
     inp = _inputs(comp, win, device, sink=True, seed=7)
     assert int(inp["counters"].abs().sum()) == 0
     base = default_config(comp, win)
-    for cfg in (base.replace(NUM_SPLITS=2, LISTS="apart", COMBINE="fused"), base.replace(NUM_SPLITS=4, COMBINE="fused")):
+    for cfg in (base.replace(NUM_SPLITS=2, LISTS="apart", COMBINE="fused"), base.replace(NUM_SPLITS=4, COMBINE="fused"),
+                base.replace(NUM_SPLITS=2, LISTS="separate", COMBINE="fused")):
         results = []
         for _ in range(2):
             _poison(inp)

@@ -79,8 +79,11 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             # How grid axis 1 covers the two key lists (see split_plan): "both" = every program
             # walks a share of each list, one after the other; "apart" = each program walks a chunk
             # of one list, so the window list's gather rounds run beside the compressed list's.
-            # "apart" always writes partials, even at one split.
-            Param("LISTS", ("both", "apart"), "both"),
+            # "apart" always writes partials, even at one split. "separate": the chunks of "apart",
+            # but one launch per list, each kernel compiled for its list alone (the two readers in
+            # one kernel share one register allocation: on sm_90 the nvfp4_288 + fp8_528 default
+            # spills ~1 KB that way, and neither list's kernel spills alone; static ptxas counts).
+            Param("LISTS", ("both", "apart", "separate"), "both"),
             # Who merges the partials: a second launch (decode_combine) or, "fused", the token's
             # last program to finish (an int32 arrival counter per token; see `decode`'s counters).
             # No constraint ties COMBINE to the split count: where a launch writes no partials
@@ -145,13 +148,14 @@ class SplitPlan:
     comp_chunk: int  # keys of the compressed list per program
     win_chunk: int  # keys of the window list per program
     apart: bool
+    separate: bool = False  # apart, as one launch per list
 
     @property
     def partial(self) -> bool:
         return self.programs > 1
 
 
-def _apart_plan(splits: int, topk: int, window: int, block_n: int) -> SplitPlan:
+def _apart_plan(splits: int, topk: int, window: int, block_n: int, separate: bool = False) -> SplitPlan:
     # One chunk size for both lists, so that every program walks about the same number of keys:
     # the compressed list's share per split rounded up to whole BLOCK_N blocks (no half-masked
     # gather rounds; it can only lower the program count), and the window list cut into chunks of
@@ -160,7 +164,8 @@ def _apart_plan(splits: int, topk: int, window: int, block_n: int) -> SplitPlan:
     # round each). With window <= topk there are at most 2 * NUM_SPLITS programs.
     chunk = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     comp, win = triton.cdiv(topk, chunk), triton.cdiv(window, chunk)
-    return SplitPlan(programs=comp + win, comp_splits=comp, comp_chunk=chunk, win_chunk=chunk, apart=True)
+    return SplitPlan(programs=comp + win, comp_splits=comp, comp_chunk=chunk, win_chunk=chunk, apart=True,
+                     separate=separate)
 
 
 def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, window: int | None = None) -> int:
@@ -174,7 +179,7 @@ def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, 
     sms = _sms(device)
     cap = max(1, _pow2_floor(topk // cfg["BLOCK_N"]))
     s = max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
-    if cfg.get("LISTS") == "apart" and window is not None:
+    if cfg.get("LISTS") in ("apart", "separate") and window is not None:
         while s > 1 and n_tokens * _apart_plan(s, topk, window, cfg["BLOCK_N"]).programs > sms:
             s //= 2
     return s
@@ -184,8 +189,8 @@ def split_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     """Grid axis 1 of a launch. LISTS=both: `resolve_splits` programs, each over a 1/S share of
     both lists (today's kernel). LISTS=apart: see `_apart_plan` (always at least two programs)."""
     s = resolve_splits(cfg, n_tokens, topk, device, window)
-    if cfg.get("LISTS", "both") == "apart":
-        return _apart_plan(s, topk, window, int(cfg["BLOCK_N"]))
+    if cfg.get("LISTS", "both") in ("apart", "separate"):
+        return _apart_plan(s, topk, window, int(cfg["BLOCK_N"]), separate=cfg["LISTS"] == "separate")
     return SplitPlan(programs=s, comp_splits=s, comp_chunk=triton.cdiv(topk, s), win_chunk=triton.cdiv(window, s),
                      apart=False)
 
@@ -312,17 +317,21 @@ def decode(
     block_s = max(MAX_SPLITS, triton.next_power_of_2(parts))
     block_h = max(16, triton.next_power_of_2(heads))
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
-    mod.decode_kernel[(n_tok, parts)](
-        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt,
-        heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
-        q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
-        plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
-        BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
-        COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
-        N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, FUSED=fused,
-        HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
-        UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
+    # One launch over every program of a token, or (LISTS=separate) one per list: the compressed
+    # list's comp_splits programs, then the window list's, whose partials follow.
+    launches = ([(1, plan.comp_splits), (2, parts - plan.comp_splits)] if plan.separate else [(0, parts)])
+    for only, programs in launches:
+        mod.decode_kernel[(n_tok, programs)](
+            q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt,
+            heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+            q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
+            plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
+            BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
+            COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
+            N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, ONLY=only, FUSED=fused,
+            HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
+            UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
     if plan.partial and not fused:
         mod.decode_combine[(n_tok, 512 // COMBINE_BLOCK_D)](
             part_o, part_ml, sink, o, lse, heads, parts,
@@ -430,7 +439,7 @@ def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
         "scale_log2": "fp32",
         "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "BLOCK_S": "constexpr", "STATIC_TRIPS": "constexpr",
         "COMP_CHUNK": "constexpr", "WIN_CHUNK": "constexpr", "N_PARTS": "constexpr", "SPLIT": "constexpr",
-        "APART": "constexpr", "FUSED": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
+        "APART": "constexpr", "ONLY": "constexpr", "FUSED": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
         "SWAP": "constexpr", "UPCAST": "constexpr",
     }
 
@@ -490,8 +499,8 @@ class _DecodeFamily:
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
         of the main kernel once, its one-list-per-program + fused-merge variant (LISTS=apart,
-        COMBINE=fused: both list branches, the arrival atomic and the in-kernel merge) once, and
-        the combine kernel once."""
+        COMBINE=fused: both list branches, the arrival atomic and the in-kernel merge) once, the
+        two launches of LISTS=separate, and the combine kernel once."""
         cases: list[XCompileCase] = []
         for comp, win in ISSUE_PAIRS:
             cf, wf = get_format(comp), get_format(win)
@@ -502,6 +511,8 @@ class _DecodeFamily:
         cfg = default_config(cf, wf)
         cases.append(self._main_case(cf, wf, "soft", cfg, split=True))
         cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True))
+        for only in (1, 2):  # LISTS=separate: each list's launch
+            cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, only=only))
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
@@ -512,17 +523,18 @@ class _DecodeFamily:
 
     @staticmethod
     def _main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool,
-                   apart: bool = False, fused: bool = False) -> XCompileCase:
+                   apart: bool = False, fused: bool = False, only: int = 0) -> XCompileCase:
         splits = 8 if split else 1  # only names the case: split counts are runtime ints
         detail = f"{cf.name}+{wf.name}" + (f" split{splits}" if split and not (apart or fused) else "")
         detail += (" apart" if apart else "") + (" fused" if fused else "")
+        detail += {0: "", 1: " separate comp", 2: " separate win"}[only]
         return XCompileCase(
             variant=backend,
             rendered=render_variant(cf, wf, backend),
             kernel_name="decode_kernel",
             signature=_signature(cf, wf),
             constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": MAX_SPLITS, "SPLIT": split,
-                        "APART": apart, "FUSED": fused, "HAS_SINK": True,
+                        "APART": apart, "ONLY": only, "FUSED": fused, "HAS_SINK": True,
                         "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0,
                         "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False},
             num_warps=cfg["num_warps"],

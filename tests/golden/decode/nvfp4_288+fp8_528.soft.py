@@ -161,9 +161,15 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
 @triton.jit
 def _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk, topk, window,
           comp_page_size, comp_page_bytes, win_page_size, win_page_bytes, m_i, l_i, acc, scale_log2,
-          BLOCK_N: tl.constexpr, APART: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr,
-          UPCAST: tl.constexpr):
-    if APART:
+          BLOCK_N: tl.constexpr, APART: tl.constexpr, ONLY: tl.constexpr, DOT_FP32: tl.constexpr,
+          SWAP: tl.constexpr, UPCAST: tl.constexpr):
+    if ONLY == 1:
+        m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+    elif ONLY == 2:
+        m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+    elif APART:
         # One list per program, picked per program (a uniform branch; both paths are compiled in):
         # programs [0, comp_splits) take chunks of the compressed list, the others of the window list.
         if sp < comp_splits:
@@ -208,6 +214,7 @@ def decode_kernel(
     comp_chunk,  # keys of the compressed list per program
     win_chunk,  # keys of the window list per program
     comp_splits,  # APART: programs 0..comp_splits-1 walk the compressed list, the others the window list
+                  # (ONLY: the compressed list's program count; the window launch's partials follow them)
     scale_log2,  # sm_scale * log2(e)
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -218,6 +225,7 @@ def decode_kernel(
     N_PARTS: tl.constexpr,  # programs per token (the fused merge's trip count)
     SPLIT: tl.constexpr,  # write a partial (more than one program per token)
     APART: tl.constexpr,  # each program walks one list (see _walk)
+    ONLY: tl.constexpr,  # 0, or one launch per list (LISTS=separate): 1 = compressed, 2 = window
     FUSED: tl.constexpr,  # the token's last program to finish merges the partials (no second kernel)
     HAS_SINK: tl.constexpr,
     DOT_FP32: tl.constexpr,
@@ -226,7 +234,17 @@ def decode_kernel(
 ):
     tok = tl.program_id(0)
     sp = tl.program_id(1)
-    n_part = tl.num_programs(1)
+    # Partials per token and this program's slot among them. With one launch per list (ONLY) the
+    # window launch's partials follow the compressed launch's comp_splits ones.
+    if ONLY == 1:
+        n_part = tl.num_programs(1) + tl.cdiv(window, win_chunk)
+        part = sp
+    elif ONLY == 2:
+        n_part = comp_splits + tl.num_programs(1)
+        part = comp_splits + sp
+    else:
+        n_part = tl.num_programs(1)
+        part = sp
     t64 = tok.to(tl.int64)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, D)
@@ -250,16 +268,16 @@ def decode_kernel(
     if STATIC_TRIPS:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, COMP_CHUNK, WIN_CHUNK,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
     else:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
 
     if SWAP:
         acc = tl.trans(acc)
     if SPLIT:
-        row = (t64 * n_part + sp) * n_heads + h
+        row = (t64 * n_part + part) * n_heads + h
         tl.store(part_o_ptr + row[:, None] * D + d[None, :], acc, mask=hmask[:, None])
         tl.store(part_ml_ptr + row * 2, m_i, mask=hmask)
         tl.store(part_ml_ptr + row * 2 + 1, l_i, mask=hmask)
