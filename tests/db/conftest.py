@@ -1,1 +1,1 @@
-from tests.db.fixtures import db, db_url, pg_database  # noqa: F401  (fixtures)
+from tests.db.fixtures import db, db_url, pg_database, pg_url  # noqa: F401  (fixtures)

@@ -59,7 +59,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # noqa: 
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'kvtune.db'}"
         return
-    base = request.getfixturevalue("pg_database")
+    yield from _pg_schema(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema URL, for tests of PostgreSQL-only behaviour."""
+    yield from _pg_schema(pg_database)
+
+
+def _pg_schema(base: str) -> Iterator[str]:
     schema = f"t_{uuid.uuid4().hex[:12]}"
     conn = _pg_connect(make_url(base).database)
     conn.execute(f'CREATE SCHEMA "{schema}"')
