@@ -54,3 +54,24 @@ def write_results(out_dir: str | Path, name: str, payload: dict[str, Any], markd
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / f"{name}.md").write_text(markdown)
+
+
+def sass_opcodes(cubin: bytes) -> list[str]:
+    """The SASS opcodes of a cubin in order, NOPs left out, disassembled on the CPU with the
+    cuobjdump that ships with Triton (no GPU or driver needed)."""
+    import re
+    import subprocess
+    import tempfile
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        sass = subprocess.run([str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+    ops = []
+    for line in sass.splitlines():
+        # "/*0a40*/  @!P0 LDG.E.128 R4, ..." -> LDG (addresses grow past 4 hex digits in big kernels)
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if m and m.group(2) != "NOP":
+            ops.append(m.group(2))
+    return ops

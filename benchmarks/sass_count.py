@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +21,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # the module's kernels must be JITFunc
 import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from benchmarks.common import sass_opcodes  # noqa: E402
 from tuner import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
 from tuner.kernels.pack import render_variant  # noqa: E402
@@ -42,16 +40,7 @@ def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, c
     src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
                     constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True})
     k = triton.compile(src, target=get_target("sm_90").gpu_target(), options={"num_warps": warps, "num_stages": 1})
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.TemporaryDirectory() as d:
-        cubin = Path(d) / "k.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    ops: collections.Counter = collections.Counter()
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?P\d+\s+)?([A-Z0-9_]+)", line)
-        if m and m.group(2) != "NOP":
-            ops[m.group(2)] += 1
+    ops = collections.Counter(sass_opcodes(k.asm["cubin"]))
     n = sum(ops.values())
     elems = block_t * tiles * get_format(fmt).tile
     return n, n * 32 * warps / elems, ops

@@ -16,18 +16,14 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
-import triton  # noqa: E402
-
+from benchmarks.common import sass_opcodes  # noqa: E402
 from tuner.compile import _nvidia_stats, _request, compile_request  # noqa: E402
 from tuner.core import Config  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
@@ -72,23 +68,14 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
 def profile(case: XCompileCase, target: str) -> dict[str, Any]:
     k = compile_request(_request(case, target))
     stats = _nvidia_stats(k.asm["ptx"], int(target.removeprefix("sm_")))
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.TemporaryDirectory() as d:
-        cubin = Path(d) / "k.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     ops: collections.Counter = collections.Counter()
-    total = 0
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
-        if not m or m.group(2) == "NOP":
-            continue
-        total += 1
-        op = m.group(2)
+    opcodes = sass_opcodes(k.asm["cubin"])
+    for op in opcodes:
         for prefix, cls in CLASSES.items():
-            if op == prefix or op.startswith(prefix + "_") or op.startswith(prefix):
+            if op.startswith(prefix):
                 ops[cls] += 1
                 break
+    total = len(opcodes)
     return {**stats, "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), "sass": total, "ops": dict(ops)}
 
 
