@@ -84,14 +84,16 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
     assert cfgs, f"no legal variant for {fmt} q={q_dtype} on {target_name}"
     for cfg in cfgs:
         _check(p, fmt, cfg)
-        # The other MMA orientation: keys on M (scores transposed, heads summed along N).
-        _check(p, fmt, cfg.replace(MMA="keys_m"))
+        if page == 64:
+            # The other MMA orientation: keys on M (scores transposed, heads summed along N). The
+            # page size only moves addresses, which both orientations compute alike: one is enough.
+            _check(p, fmt, cfg.replace(MMA="keys_m"))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
-            # the other page lookup; keys on M with two tokens' heads on N.
+            # the other page lookup (and, at page 64, keys on M with two tokens' heads on N).
             other = "key" if cfg["PAGE_LOOKUP"] == "tile" else "tile"
-            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2))
-            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, MMA="keys_m", num_warps=2))
+            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2,
+                                       MMA="keys_m" if page == 64 else "heads_m"))
 
 
 def test_default_config_runs(device: str) -> None:
