@@ -279,10 +279,12 @@ def keys_for(
 ) -> list[WarmupKey]:
     """Every warmup key one (kernel, config, bucket) hits on `target`.
 
-    `make_inputs(n)` builds inputs for size n; by default the family's own `make_inputs` for a
-    one-size bucket on `device`. Only the bucket's own dimension is probed: a launch argument that
-    follows something else (logits' context length, at the bucket's `ctx` here) keeps the classes
-    it has there, so an engine whose contexts vary needs buckets per context range. Inputs are small: pool pointers get their large class added by
+    `make_inputs(n)` builds inputs for size n; by default the family's `probe_inputs` (cheap,
+    launch-identical inputs; else its `make_inputs`) for a one-size bucket on `device`. Probed:
+    every size class of the bucket's dimension, and, where the family names them
+    (`probe_contexts(bucket)`: logits), the contexts that reach every class of the arguments that
+    follow the context length, since an engine's longest context varies below the bucket's (with
+    `make_inputs` given, only the sizes). Pool pointers get their large class added by
     `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
     launchers that size launches from the device (e.g. by its SM count) must be recorded on one.
     """
@@ -293,8 +295,10 @@ def keys_for(
     pools = tuple(getattr(fam, "pool_args", lambda: ())())
     rendered = fam.render(key, config)
     out: dict[tuple, WarmupKey] = {}
-    for n in sizes_to_probe(bucket):
-        inputs = make_inputs(n) if make_inputs else fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), device, seed=n)
+    build = getattr(fam, "probe_inputs", fam.make_inputs)
+    contexts = [bucket.ctx] if make_inputs else list(getattr(fam, "probe_contexts", lambda b: [b.ctx])(bucket))
+    for ctx, n in ((c, n) for c in contexts for n in sizes_to_probe(bucket)):
+        inputs = make_inputs(n) if make_inputs else build(key, Bucket(bucket.dim, n, n, ctx), device, seed=n)
         with record_launches() as launches:
             fam.run(key, config, inputs)
         if not launches:

@@ -189,13 +189,15 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
     keys = keys_for(family, key, cfg, bucket, target)
     specs = {(k.fn, tuple((a.name, a.type, a.spec) for a in k.args)) for k in keys}
     seen: set[tuple] = set()
-    for n in range(bucket.lo, bucket.hi + 1):
-        base = fam.make_inputs(key, Bucket(bucket.dim, n, n, bucket.ctx), "cpu", seed=100 + n)
+    # logits: any longest context up to the bucket's (the probes, and others between them).
+    contexts = sorted({*fam.probe_contexts(bucket), 37, 100, 128, 150, 199}) if family == "logits" else [bucket.ctx]
+    for ctx, n in ((c, n) for c in contexts for n in range(bucket.lo, bucket.hi + 1)):
+        base = fam.make_inputs(key, Bucket(bucket.dim, n, n, ctx), "cpu", seed=100 + n)
         for big in [(), *[(p,) for p in pools], pools]:
             inputs = dict(base, **{p: _big_view(base[p]) for p in big})
             real = _record_specs(family, key, cfg, inputs, target)
             missing = real - specs
-            assert not missing, f"{family} {target} n={n} pools over 2 GiB {big}: no key for {sorted(missing)[0]}"
+            assert not missing, f"{family} {target} n={n} ctx={ctx} pools over 2 GiB {big}: no key for {sorted(missing)[0]}"
             seen |= real
     assert seen == specs, f"keys never hit: {specs - seen}"
     if target == "gfx950":

@@ -312,7 +312,28 @@ def paged_sequences(lengths: Sequence[int], page_size: int, g: torch.Generator, 
     return bt, max(num_pages, 1)
 
 
-def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_size: int = SEED_PAGE) -> dict[str, Any]:
+def _int_class(v: int) -> str:
+    # How Triton specialises an integer argument: the value 1, a multiple of 16, or neither.
+    return "1" if v == 1 else "16" if v % 16 == 0 else "-"
+
+
+def probe_contexts(ctx: int, page_size: int) -> list[int]:
+    """The fewest longest-contexts in [1, ctx] that reach every (max_len, page count) pair of
+    specialisation classes some context in [1, ctx] reaches. Classes repeat every 16 pages, so
+    the top 16 pages plus the first two pages hold every reachable pair."""
+    found: dict[tuple[str, str], int] = {}
+    top = range(ctx, max(0, ctx - 16 * page_size - 16), -1)
+    low = range(1, min(ctx, 2 * page_size + 16) + 1)
+    for c in (*top, *low):
+        found.setdefault((_int_class(c), _int_class(-(-c // page_size))), c)
+    return sorted(found.values())
+
+
+def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_size: int = SEED_PAGE,
+                probe: bool = False) -> dict[str, Any]:
+    """One launch's inputs at the bucket's size and context. `probe`: the same shapes, dtypes and
+    integers (all Triton specialises on) over a one-page pool of zeros, for enumerating warmup
+    keys cheaply: a 64 x 64K decode needs 285 MB of random records otherwise."""
     f, qdt = _key_parts(key)
     g = torch.Generator().manual_seed(seed)
     ctx = bucket.ctx or DECODE_CTX
@@ -331,11 +352,17 @@ def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_si
         k_end = (ctx - t + 1 + torch.arange(t)).clamp(min=1).int()
     else:
         raise ValueError(f"logits buckets are over B (decode sequences) or T (prefill tokens), not {bucket.dim!r}")
-    bt, num_pages = paged_sequences(lengths, page_size, g)
-    q, w = make_query(t, key.heads, qdt, g)
+    if probe:
+        bt = torch.zeros(len(lengths), max(1, -(-max(lengths) // page_size)), dtype=torch.int32)
+        q, w = make_query(t, key.heads, qdt, g)
+        cache = alloc_cache(f, 1, page_size, device=device, fill=0)
+    else:
+        bt, num_pages = paged_sequences(lengths, page_size, g)
+        q, w = make_query(t, key.heads, qdt, g)
+        cache = random_cache(f, num_pages, page_size, device, g)
     return {
         "q": q.to(device), "w": w.to(device),
-        "cache": random_cache(f, num_pages, page_size, device, g),
+        "cache": cache,
         "page_size": page_size, "block_table": bt.to(device),
         "seq_of": seq_of.to(device), "k_start": k_start.to(device), "k_end": k_end.to(device),
         "max_len": ctx,
@@ -477,6 +504,16 @@ class _LogitsFamily:
 
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_inputs(key, bucket, device, seed)
+
+    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        """`make_inputs` for warmup-key enumeration (tuner.warmup.keys_for): launch-identical, cheap."""
+        return make_inputs(key, bucket, device, seed, probe=True)
+
+    def probe_contexts(self, bucket: Bucket) -> list[int]:
+        """Contexts whose launches reach every specialisation class of the integers that follow the
+        context: max_len and max_pages (its page count), since an engine's batch can have any
+        longest context up to the bucket's (see `probe_contexts`)."""
+        return probe_contexts(bucket.ctx or DECODE_CTX, SEED_PAGE)
 
     def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
         return run_inputs(key, config, inputs)
