@@ -141,7 +141,7 @@ def _sms(device: torch.device) -> int:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """How grid axis 1 of one launch covers a token's two key lists."""
+    """How a token's programs (grid axis 1; of two launches with `separate`) cover its two key lists."""
 
     programs: int  # programs per token (grid axis 1); each writes a partial when there are several
     comp_splits: int  # apart: programs [0, comp_splits) walk the compressed list, the others the window
@@ -187,7 +187,8 @@ def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, 
 
 def split_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> SplitPlan:
     """Grid axis 1 of a launch. LISTS=both: `resolve_splits` programs, each over a 1/S share of
-    both lists (today's kernel). LISTS=apart: see `_apart_plan` (always at least two programs)."""
+    both lists (today's kernel). LISTS=apart and separate: see `_apart_plan` (always at least two
+    programs; separate launches the compressed list's programs, then the window list's)."""
     s = resolve_splits(cfg, n_tokens, topk, device, window)
     if cfg.get("LISTS", "both") in ("apart", "separate"):
         return _apart_plan(s, topk, window, int(cfg["BLOCK_N"]), separate=cfg["LISTS"] == "separate")
