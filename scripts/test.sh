@@ -9,4 +9,4 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch==2.13.0 named first takes the CPU build on this machine's disk instead of a CUDA download.
 .venv/bin/python -m pip install -q torch==2.13.0 -e '.[test]'
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=15 "$@"

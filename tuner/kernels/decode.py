@@ -499,9 +499,8 @@ class _DecodeFamily:
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
-        of the main kernel once, its one-list-per-program + fused-merge variant (LISTS=apart,
-        COMBINE=fused: both list branches, the arrival atomic and the in-kernel merge) once, the
-        two launches of LISTS=separate, and the combine kernel once."""
+        of the main kernel once, the two launches of LISTS=separate with COMBINE=fused (one list
+        each, the arrival atomic and the in-kernel merge), and the combine kernel once."""
         cases: list[XCompileCase] = []
         for comp, win in ISSUE_PAIRS:
             cf, wf = get_format(comp), get_format(win)
@@ -511,9 +510,8 @@ class _DecodeFamily:
         cf, wf = get_format(ISSUE_PAIRS[0][0]), get_format(ISSUE_PAIRS[0][1])
         cfg = default_config(cf, wf)
         cases.append(self._main_case(cf, wf, "soft", cfg, split=True))
-        cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True))
-        for only in (1, 2):  # LISTS=separate: each list's launch
-            cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, only=only))
+        for only in (1, 2):  # LISTS=separate with COMBINE=fused: each list's launch, the arrival atomic, the merge
+            cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True, only=only))
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
