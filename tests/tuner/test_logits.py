@@ -260,3 +260,16 @@ def test_xcompile_table_matches_the_issue() -> None:
         else:
             assert r["error"]
     assert seen == {(v, t) for v in XCOMPILE_EXPECT for t in ("sm_90", "sm_100", "gfx942", "gfx950")}
+
+
+def test_probe_contexts_reach_every_class_pair() -> None:
+    # Brute force over every longest context up to the bucket's: the probes reach each
+    # (max_len, page count) pair of Triton's integer classes (1, multiple of 16, neither) that any
+    # context reaches, with one context per pair.
+    from tuner.kernels.logits import _int_class, probe_contexts
+
+    for ctx, page in ((65536, 64), (200, 64), (16384, 16), (5, 64), (1000, 256)):
+        pairs = lambda cs: {(_int_class(c), _int_class(-(-c // page))) for c in cs}  # noqa: E731
+        probes = probe_contexts(ctx, page)
+        assert pairs(probes) == pairs(range(1, ctx + 1)) and len(probes) == len(pairs(probes)), (ctx, page)
+    assert probe_contexts(65536, 64) == [1, 2, 16, 65471, 65472, 65535, 65536]
