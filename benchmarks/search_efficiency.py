@@ -27,13 +27,15 @@ import optuna  # noqa: E402
 
 from tuner.bench import SimulatedRunner, load_table, synthetic_table, table_space  # noqa: E402
 from tuner.core import Bucket, ProblemKey, TrialStatus  # noqa: E402
+from tuner.kernels.base import Space  # noqa: E402
 from tuner.results import TrialRecord  # noqa: E402
 from tuner.search import SEARCHES, tune  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
 
-def trials_to_target(table: dict[str, Any], bucket: Bucket, search: str, seed: int, within: float) -> tuple[int | None, int]:
+def trials_to_target(table: dict[str, Any], space: Space, bucket: Bucket, search: str, seed: int,
+                     within: float) -> tuple[int | None, int]:
     """(trials needed or None if never, grid size) for one search on one bucket of a table."""
     entries = table["buckets"][bucket.name()]["entries"]
     best = min(e["time_us"] for e in entries.values() if e["status"] == "ok")
@@ -50,7 +52,7 @@ def trials_to_target(table: dict[str, Any], bucket: Bucket, search: str, seed: i
             state["hit"] = state["n"]
 
     key = ProblemKey.from_json(table["meta"]["key"])
-    tune(key, buckets=[bucket], trials=n_grid, search=search, seed=seed, runner=runner, space=table_space(table),
+    tune(key, buckets=[bucket], trials=n_grid, search=search, seed=seed, runner=runner, space=space,
          family=table["meta"]["family"], on_trial=on_trial, should_stop=lambda: state["hit"] is not None)
     return state["hit"], n_grid
 
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     raw: list[dict[str, Any]] = []
     for name, table in _tables(args):
         grid = {k for b in table["buckets"].values() for k in b["entries"]}
+        space = table_space(table)
         for bname, b in table["buckets"].items():
             if not any(e["status"] == "ok" for e in b["entries"].values()):
                 continue
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The grid's order does not depend on the seed: one run says it all.
                 for seed in range(1 if search == "grid" else args.seeds):
                     t = time.monotonic()
-                    hit, n_grid = trials_to_target(table, bucket, search, seed, args.within)
+                    hit, n_grid = trials_to_target(table, space, bucket, search, seed, args.within)
                     raw.append({"table": name, "bucket": bname, "search": search, "seed": seed, "trials": hit,
                                 "grid": n_grid, "seconds": round(time.monotonic() - t, 2)})
             print(f"{name} {bname}: " + ", ".join(

@@ -165,6 +165,18 @@ def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
         return False
 
 
+def _insert_trial(s: Session, lease: Lease, trial: TrialRecord) -> None:
+    """The trial's row, written by `lease.owner` in `lease.attempt` (callers fence first)."""
+    s.execute(
+        insert(TrialResult).values(
+            job_id=lease.job_id, attempt=lease.attempt, number=trial.number, bucket=trial.bucket.name(),
+            bucket_json=trial.bucket.to_json(), params=trial.config.as_dict(), status=trial.status.value,
+            time_us=trial.time_us, timing=trial.timing, compile_stats=trial.compile_stats or None,
+            error=trial.error, source_hash=trial.source_hash, worker=lease.owner, created_at=utcnow(),
+        )
+    )
+
+
 def record_trial(
     db: Database, lease: Lease, trial: TrialRecord, *, progress: dict[str, Any], best: dict[str, Any]
 ) -> None:
@@ -172,14 +184,7 @@ def record_trial(
 
     def tx(s: Session) -> None:
         _fenced_update(s, lease, progress=progress, best=best)  # first: it takes the row lock
-        s.execute(
-            insert(TrialResult).values(
-                job_id=lease.job_id, attempt=lease.attempt, number=trial.number, bucket=trial.bucket.name(),
-                bucket_json=trial.bucket.to_json(), params=trial.config.as_dict(), status=trial.status.value,
-                time_us=trial.time_us, timing=trial.timing, compile_stats=trial.compile_stats or None,
-                error=trial.error, source_hash=trial.source_hash, worker=lease.owner, created_at=utcnow(),
-            )
-        )
+        _insert_trial(s, lease, trial)
 
     db.run(tx)
 
@@ -419,14 +424,7 @@ def record_shared_trial(db: Database, lease: Lease, trial: TrialRecord, *, is_de
         best = {k: dict(v) for k, v in (cur.best or {}).items()}
         merge_best(best, trial, is_default=is_default)
         s.execute(update(Job).where(Job.id == lease.job_id).values(progress=progress, best=best))
-        s.execute(
-            insert(TrialResult).values(
-                job_id=lease.job_id, attempt=lease.attempt, number=trial.number, bucket=trial.bucket.name(),
-                bucket_json=trial.bucket.to_json(), params=trial.config.as_dict(), status=trial.status.value,
-                time_us=trial.time_us, timing=trial.timing, compile_stats=trial.compile_stats or None,
-                error=trial.error, source_hash=trial.source_hash, worker=lease.owner, created_at=utcnow(),
-            )
-        )
+        _insert_trial(s, lease, trial)
 
     db.run(tx)
 

@@ -352,13 +352,12 @@ def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_si
         k_end = (ctx - t + 1 + torch.arange(t)).clamp(min=1).int()
     else:
         raise ValueError(f"logits buckets are over B (decode sequences) or T (prefill tokens), not {bucket.dim!r}")
-    if probe:
-        bt = torch.zeros(len(lengths), max(1, -(-max(lengths) // page_size)), dtype=torch.int32)
-        q, w = make_query(t, key.heads, qdt, g)
+    bt, num_pages = paged_sequences(lengths, page_size, g)
+    q, w = make_query(t, key.heads, qdt, g)
+    if probe:  # the block table's shape (max_pages is a kernel integer), every entry on one zero page
+        bt.zero_()
         cache = alloc_cache(f, 1, page_size, device=device, fill=0)
     else:
-        bt, num_pages = paged_sequences(lengths, page_size, g)
-        q, w = make_query(t, key.heads, qdt, g)
         cache = random_cache(f, num_pages, page_size, device, g)
     return {
         "q": q.to(device), "w": w.to(device),
