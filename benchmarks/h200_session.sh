@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One device call of the runbook in benchmarks/README.md, on a 2-GPU H200 host (nvidia-h200-x2),
+# each phase under 10 minutes: two independent jobs run side by side, one per GPU, so that a
+# session's 30 minutes of device time buy twice the GPU work. Results go under $OUT.
+#
+#   bash benchmarks/h200_session.sh measure   # decode bench + breakdown | logits bench + GPU tests
+#   bash benchmarks/h200_session.sh tables    # pack then logits table | decode table (--resume continues)
+#
+# Missing packages travel as wheels (`../shared/tools/gpu-wheels.sh`, carry `.whl`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/results" "$OUT/tables"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
+fi
+export PYTHONPATH=$PWD:/tmp/site KVTUNE_CACHE_DIR=/tmp/kvc PYTHONUNBUFFERED=1
+# Carried-in tables (from an earlier call) let --resume continue where that call was cut.
+cp -n benchmarks/tables/*.json "$OUT/tables/" 2>/dev/null || true
+nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
+budget=${BUDGET_S:-560}   # the whole call, seconds
+t0=$(date +%s)
+left() { echo $((budget - ($(date +%s) - t0))); }
+
+case "${1:-}" in
+measure)
+  (
+    export CUDA_VISIBLE_DEVICES=0
+    timeout $(( $(left) - 80 )) python3 benchmarks/bench_decode.py --budget-s 270 --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
+    echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_breakdown.py --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
+  ) &
+  (
+    export CUDA_VISIBLE_DEVICES=1
+    timeout 300 python3 benchmarks/bench_logits.py --out "$OUT/results" >"$OUT/bench_logits.log" 2>&1
+    echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
+    # The suite on the GPU (kernels run natively, not on the interpreter), in what time is left.
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "not xcompile" -p no:cacheprovider >"$OUT/pytest_gpu.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
+  ) &
+  wait
+  ;;
+tables)
+  (
+    export CUDA_VISIBLE_DEVICES=0
+    for k in pack logits; do
+      python3 benchmarks/record_table.py --kernel $k --time-limit $(( $(left) - 15 )) --precompile-jobs 14 \
+        --out-dir "$OUT/tables" --resume >"$OUT/table_$k.log" 2>&1
+    done
+  ) &
+  CUDA_VISIBLE_DEVICES=1 python3 benchmarks/record_table.py --kernel decode --time-limit $(( $(left) - 15 )) \
+    --precompile-jobs 14 --out-dir "$OUT/tables" --resume >"$OUT/table_decode.log" 2>&1 &
+  wait
+  ;;
+*)
+  echo "usage: $0 measure|tables" >&2
+  exit 2
+  ;;
+esac
+echo "call took $(( $(date +%s) - t0 )) s"
+tail -n 3 "$OUT"/*.log
