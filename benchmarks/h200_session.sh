@@ -18,7 +18,7 @@ export PYTHONPATH=$PWD:/tmp/site KVTUNE_CACHE_DIR=/tmp/kvc PYTHONUNBUFFERED=1
 # Carried-in tables (from an earlier call) let --resume continue where that call was cut.
 cp -n benchmarks/tables/*.json "$OUT/tables/" 2>/dev/null || true
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
-budget=${BUDGET_S:-560}   # the whole call, seconds
+budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
@@ -26,13 +26,13 @@ case "${1:-}" in
 measure)
   (
     export CUDA_VISIBLE_DEVICES=0
-    timeout $(( $(left) - 80 )) python3 benchmarks/bench_decode.py --budget-s 270 --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
+    timeout $(( $(left) - 60 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 150 )) --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_breakdown.py --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
   ) &
   (
     export CUDA_VISIBLE_DEVICES=1
-    timeout 300 python3 benchmarks/bench_logits.py --out "$OUT/results" >"$OUT/bench_logits.log" 2>&1
+    timeout 400 python3 benchmarks/bench_logits.py --budget-s 300 --out "$OUT/results" >"$OUT/bench_logits.log" 2>&1
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
     # The suite on the GPU (kernels run natively, not on the interpreter), in what time is left.
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "not xcompile" -p no:cacheprovider >"$OUT/pytest_gpu.log" 2>&1

@@ -32,7 +32,7 @@ ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584"
 MAX_HEADS = 64  # the accumulator is [heads, 512] fp32 per program; more would not fit in registers
 MAX_SPLITS = 32
 AUTO = 0  # NUM_SPLITS = 0: the launcher picks the split count from T and the SM count
-COMBINE_BLOCK_D = 64
+COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
 INTERP_SMS = 4  # what "auto" assumes under the interpreter, so small tests exercise both paths
 TOL = 1e-2  # FORMATS.md reader tolerance with bf16 operands
 
@@ -334,13 +334,21 @@ def decode(
             UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     if plan.partial and not fused:
-        mod.decode_combine[(n_tok, 512 // COMBINE_BLOCK_D)](
+        block_d, warps = combine_tile(block_s, block_h)
+        mod.decode_combine[(n_tok, 512 // block_d)](
             part_o, part_ml, sink, o, lse, heads, parts,
-            BLOCK_H=block_h, BLOCK_S=block_s, STATIC_TRIPS=static, SPLITS=parts if static else 0,
-            BLOCK_D=COMBINE_BLOCK_D,
-            HAS_SINK=attn_sink is not None, num_warps=4,
+            BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=attn_sink is not None, num_warps=warps,
         )
     return o, lse
+
+
+def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
+    """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
+    partials in one block, about COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads), and
+    takes more warps past that so no thread holds more than 64 of them."""
+    block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
+    warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
+    return block_d, warps
 
 
 def decode_bytes(comp_fmt: str, win_fmt: str, n_tokens: int, heads: int, topk: int, window: int) -> int:
@@ -448,7 +456,7 @@ def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
 _COMBINE_SIGNATURE = {
     "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32", "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32",
     "n_heads": "i32", "n_split": "i32",
-    "BLOCK_H": "constexpr", "STATIC_TRIPS": "constexpr", "SPLITS": "constexpr", "BLOCK_S": "constexpr", "BLOCK_D": "constexpr", "HAS_SINK": "constexpr",
+    "BLOCK_H": "constexpr", "BLOCK_S": "constexpr", "BLOCK_D": "constexpr", "HAS_SINK": "constexpr",
 }
 
 
@@ -515,8 +523,8 @@ class _DecodeFamily:
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
-            constexprs={"BLOCK_H": 16, "STATIC_TRIPS": False, "SPLITS": 0, "BLOCK_S": MAX_SPLITS, "BLOCK_D": COMBINE_BLOCK_D, "HAS_SINK": True},
-            num_warps=4, num_stages=1, detail="combine",
+            constexprs={"BLOCK_H": 16, "BLOCK_S": MAX_SPLITS, "BLOCK_D": combine_tile(MAX_SPLITS, 16)[0], "HAS_SINK": True},
+            num_warps=combine_tile(MAX_SPLITS, 16)[1], num_stages=1, detail="combine",
         ))
         return cases
 

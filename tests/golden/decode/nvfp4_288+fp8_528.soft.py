@@ -342,16 +342,6 @@ def _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m, l, acc, HAS_
 
 
 @triton.jit
-def _merge(part_o_ptr, part_ml_ptr, t64, n_split, n_heads, h, d, hmask, big_use, acc):
-    for i in range(0, n_split):
-        row = (t64 * n_split + i) * n_heads + h
-        m_s = tl.load(part_ml_ptr + row * 2, mask=hmask, other=float("-inf"))
-        part = tl.load(part_o_ptr + row[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0)
-        acc += part * tl.exp2(m_s - big_use)[:, None]
-    return acc
-
-
-@triton.jit
 def decode_combine(
     part_o_ptr,  # [T, S, H, D] fp32
     part_ml_ptr,  # [T, S, H, 2] fp32
@@ -362,12 +352,13 @@ def decode_combine(
     n_split,
     BLOCK_H: tl.constexpr,
     BLOCK_S: tl.constexpr,  # a power of two >= n_split
-    STATIC_TRIPS: tl.constexpr,  # as in decode_kernel: the interpreter needs a constexpr bound
-    SPLITS: tl.constexpr,
     BLOCK_D: tl.constexpr,  # dims per program (grid axis 1 splits D)
     HAS_SINK: tl.constexpr,
 ):
-    # Flash-decoding's merge: weights 2**(m_s - M) over the splits, one pass over the partials.
+    # Flash-decoding's merge: weights 2**(m_s - M) over the splits. Every split's [H, BLOCK_D]
+    # slice comes in ONE block load, so all of them are in flight at once: a loop over the splits
+    # waits one memory latency per split (on the H200, 8.6 us of a 9.8 us empty T=1 launch at 20
+    # splits went to the combine that looped; benchmarks/results/decode_breakdown.md).
     tok = tl.program_id(0)
     pd = tl.program_id(1)
     t64 = tok.to(tl.int64)
@@ -379,14 +370,12 @@ def decode_combine(
     ml_mask = (s[:, None] < n_split) & hmask[None, :]
     ms = tl.load(part_ml_ptr + ml_row * 2, mask=ml_mask, other=float("-inf"))
     ls = tl.load(part_ml_ptr + ml_row * 2 + 1, mask=ml_mask, other=0.0)
+    parts = tl.load(part_o_ptr + ml_row[:, :, None] * D + d[None, None, :], mask=ml_mask[:, :, None], other=0.0)
     big = tl.max(ms, axis=0)
     big_use = tl.where(big == float("-inf"), 0.0, big)
-    l = tl.sum(ls * tl.exp2(ms - big_use[None, :]), axis=0)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    if STATIC_TRIPS:
-        acc = _merge(part_o_ptr, part_ml_ptr, t64, SPLITS, n_heads, h, d, hmask, big_use, acc)
-    else:
-        acc = _merge(part_o_ptr, part_ml_ptr, t64, n_split, n_heads, h, d, hmask, big_use, acc)
+    w = tl.exp2(ms - big_use[None, :])  # [S, H]; 0 for masked splits and key-less heads
+    l = tl.sum(ls * w, axis=0)
+    acc = tl.sum(parts * w[:, :, None], axis=0)
     has = l > 0
     den = l
     if HAS_SINK:
