@@ -9,7 +9,7 @@ the error text; the child is killed or exits, and the next candidate gets a fres
 Protocol (`python -m tuner.bench`): the parent writes one JSON request per line on the child's stdin
 (`{"op": "bench", "candidate": {...}, "opts": {...}}` or `{"op": "exit"}`); the child answers on its
 original stdout, JSON lines only: `{"event": "ready", ...}` once after start-up, then per request
-any number of `{"event": "phase", "phase": ...}` (render, inputs, compile, verify, time: so a hang is
+any number of `{"event": "phase", "phase": ...}` (render, inputs, compile, verify, sets, time: so a hang is
 reported with where it hung) and one `{"event": "result", ...}`. A result with `"fatal": true` means
 the child's CUDA context is unusable and it exits right after writing it. Everything else the child
 or a kernel prints goes to its stderr (fd 1 is pointed at fd 2), which the parent keeps in a file
@@ -106,6 +106,9 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+TIMING_SEED0 = 1_000_003  # seeds of the timing input sets: TIMING_SEED0 + i (verification uses the trial's)
+
+
 @dataclass(frozen=True)
 class TimingOptions:
     """How a GPU candidate is timed (sent to the child with every request)."""
@@ -194,7 +197,8 @@ class BenchRunner:
 
     def __init__(self, target: str = "auto", *, device_index: int | None = None, trial_timeout_s: float = 120.0,
                  start_timeout_s: float = 300.0, precompile: bool = True, prune_spills: bool = True,
-                 compile_timeout_s: float = 180.0, timing: TimingOptions | None = None) -> None:
+                 compile_timeout_s: float = 180.0, sets_timeout_s: float = 900.0,
+                 timing: TimingOptions | None = None) -> None:
         self._want_target = target
         self.device_index = device_index
         self.trial_timeout_s = trial_timeout_s
@@ -202,6 +206,7 @@ class BenchRunner:
         self.precompile = precompile
         self.prune_spills = prune_spills
         self.compile_timeout_s = compile_timeout_s
+        self.sets_timeout_s = sets_timeout_s
         self.timing = timing or TimingOptions()
         self.starts = 0  # children started (1 + restarts)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -371,10 +376,17 @@ class BenchRunner:
                 if msg is None:
                     tail = self._stderr_tail(since)
                     self.close(graceful=False)  # kill it: a hung kernel never returns on its own
-                    err = f"no result within {self.trial_timeout_s:g}s (in phase {phase}); benchmark child killed"
+                    allowed = self.sets_timeout_s if phase == "sets" else self.trial_timeout_s
+                    err = f"no result within {allowed:g}s (in phase {phase}); benchmark child killed"
                     return Measurement(TrialStatus.TIMEOUT, error=_clip(f"{err}\n{tail}" if tail else err))
                 ev = msg.get("event")
                 if ev == "phase":
+                    # Building a bucket's timing input sets is the bench's own work, done once per
+                    # bucket and not the candidate's: it gets its own allowance, and the candidate
+                    # a fresh trial timeout for the timing that follows it.
+                    if phase == "sets" or msg.get("phase") == "sets":
+                        deadline = time.monotonic() + (self.sets_timeout_s if msg.get("phase") == "sets"
+                                                       else self.trial_timeout_s)
                     phase = str(msg.get("phase"))
                 elif ev == "result":
                     m = Measurement.from_json(msg)
@@ -738,8 +750,11 @@ class _Child:
             self._sets, self._sets_key = [], None
             if self.gpu:
                 self.torch.cuda.empty_cache()
-        while len(self._sets) < n:
-            self._sets.append(fam.make_inputs(c.key, c.bucket, self.device, 1_000_003 + len(self._sets)))
+        if len(self._sets) < n:
+            self.phase("sets")
+            while len(self._sets) < n:
+                self._sets.append(fam.make_inputs(c.key, c.bucket, self.device, TIMING_SEED0 + len(self._sets)))
+            self.phase("time")
         self._sets_key = k
         return self._sets[:n]
 

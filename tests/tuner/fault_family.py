@@ -11,6 +11,8 @@ configs measurably different. Loaded by dotted path: `get_family("tests.tuner.fa
     oob     a real Triton kernel storing 2**40 bytes past its buffer: a segfault on the interpreter,
             an illegal address (a sticky CUDA error) on a GPU (-> crashed either way)
     illegal a variant the legality table forbids everywhere (-> illegal_on_arch / pruned)
+
+KVTUNE_FAULT_SETS_S (seconds, read in the bench child) makes building the timing input sets slow.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tuner.bench import TIMING_SEED0
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.kernels.base import Param, Space, XCompileCase
 from tuner.render import Rendered
@@ -76,6 +79,8 @@ class _FaultFamily:
         return Rendered("fault", f"# fault family, mode {config['mode']}\n")
 
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        if seed >= TIMING_SEED0:  # the bench's timing input sets: as slow as KVTUNE_FAULT_SETS_S says
+            time.sleep(float(os.environ.get("KVTUNE_FAULT_SETS_S", "0")))
         g = torch.Generator().manual_seed(seed)
         return {"x": torch.randn(bucket.rep, key.head_dim, generator=g).to(device)}
 

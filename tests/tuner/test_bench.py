@@ -51,6 +51,21 @@ def test_ok_is_timed_on_the_interpreter(runner: BenchRunner) -> None:
     assert m.source_hash and m.compile_stats["runs"] >= 3
 
 
+def test_building_timing_sets_is_not_the_candidates_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bucket's timing input sets (hundreds of launches' worth on a GPU) may take longer to build
+    # than a trial may run: the candidate is still timed, with a fresh trial timeout after them.
+    # Only a build past its own allowance fails, and says it hung building the sets.
+    monkeypatch.setenv("KVTUNE_FAULT_SETS_S", "5")
+    with BenchRunner("interp", trial_timeout_s=HANG_TIMEOUT_S, sets_timeout_s=60) as r:
+        m = r.evaluate(cand("ok", 1))
+        assert m.status is TrialStatus.OK, m.error
+        assert m.seconds > 5
+    with BenchRunner("interp", trial_timeout_s=HANG_TIMEOUT_S, sets_timeout_s=1) as r:
+        m = r.evaluate(cand("ok", 1))
+        assert m.status is TrialStatus.TIMEOUT
+        assert "no result within 1s (in phase sets)" in (m.error or "")
+
+
 def test_wrong_values_are_wrong_result(runner: BenchRunner) -> None:
     m = runner.evaluate(cand("wrong"))
     assert m.status is TrialStatus.WRONG_RESULT
