@@ -334,18 +334,25 @@ def decode(
             UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     if plan.partial and not fused:
-        block_d, warps = combine_tile(block_s, block_h)
+        # Sized to the launch's partials, not to the most any launch has: masked-off splits still
+        # cost the program their addresses and reductions (see combine_tile).
+        comb_s = max(2, triton.next_power_of_2(parts))
+        block_d, warps = combine_tile(comb_s, block_h)
         mod.decode_combine[(n_tok, 512 // block_d)](
             part_o, part_ml, sink, o, lse, heads, parts,
-            BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=attn_sink is not None, num_warps=warps,
+            BLOCK_H=block_h, BLOCK_S=comb_s, BLOCK_D=block_d, HAS_SINK=attn_sink is not None, num_warps=warps,
         )
     return o, lse
 
 
 def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
-    partials in one block, about COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads), and
-    takes more warps past that so no thread holds more than 64 of them."""
+    partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
+    splits), and takes more warps past that so no thread holds more than 64 of them.
+    On the H200 (benchmarks/results/decode_breakdown.md, 2026-11-29) a block of 32 splits for
+    every launch cut the empty T=1 launch from 9.8 to 7.3 us but raised T=64 (2 splits, 32x the
+    programs) from 11.2 to 32.4 us; static sm_90 for 2 splits x 64 dims: 418 SASS, 32 registers
+    against 1598 and 96 for 32 x 16."""
     block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
     warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
     return block_d, warps
@@ -375,10 +382,15 @@ def _random_cache(fmt: RecordFormat, n_slots: int, page_size: int, device: str, 
     """A cache whose first `n_slots` slots hold records of random latents (magnitudes spread over a
     few decades per token, as real latents are); pages past them stay zero."""
     pages = -(-n_slots // page_size)
-    x = torch.randn(n_slots, 512, generator=g) * torch.exp(torch.randn(n_slots, 1, generator=g))
-    cache = alloc_cache(fmt, pages, page_size, device="cpu", fill=0)
-    write_slots(cache, quantize(x.to(torch.bfloat16), fmt), torch.arange(n_slots), fmt, page_size)
-    return cache.to(device)
+    # On a GPU the latents are drawn and quantized there, from a device generator seeded by `g`:
+    # the bench child builds hundreds of these per bucket, and on the host they took minutes.
+    dev = torch.device(device)
+    dg = g if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(
+        int(torch.randint(0, 2**62, (1,), generator=g)))
+    x = torch.randn(n_slots, 512, generator=dg, device=dev) * torch.exp(torch.randn(n_slots, 1, generator=dg, device=dev))
+    cache = alloc_cache(fmt, pages, page_size, device=dev, fill=0)
+    write_slots(cache, quantize(x.to(torch.bfloat16), fmt), torch.arange(n_slots, device=dev), fmt, page_size)
+    return cache
 
 
 def _ragged_slots(n_tok: int, n: int, pool: int, g: torch.Generator, hole_every: int = 32) -> torch.Tensor:
