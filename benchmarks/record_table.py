@@ -159,6 +159,20 @@ def _precompile_share(kernel: str, key_json: dict, share: list[tuple[dict, dict]
     return done
 
 
+def precompile_shares(items: list[tuple[Bucket, Config]], jobs: int) -> list[list[tuple[Bucket, Config]]]:
+    """`jobs` shares of the entries, every bucket of a config in ONE share: most buckets launch the
+    same binary, which that process then compiles once and finds in its own cache. Dealt
+    round-robin entry by entry, the buckets of a config went to different processes that all
+    compiled it at the same time (on the H200 host: 223 decode entries, 159 s in 30 processes)."""
+    by_config: dict[str, list[tuple[Bucket, Config]]] = {}
+    for b, c in items:
+        by_config.setdefault(json.dumps(c.as_dict(), sort_keys=True), []).append((b, c))
+    shares: list[list[tuple[Bucket, Config]]] = [[] for _ in range(jobs)]
+    for group in sorted(by_config.values(), key=len, reverse=True):  # largest first, to the lightest share
+        min(shares, key=len).extend(group)
+    return shares
+
+
 def precompile(kernel: str, key, items: list[tuple[Bucket, Config]], jobs: int, device: str = "cuda") -> None:  # noqa: ANN001
     """Compile every entry to measure in `jobs` processes before the (serial) timing starts: the
     bench child then finds each binary in Triton's cache. Compiling is CPU work and the timing
@@ -170,9 +184,7 @@ def precompile(kernel: str, key, items: list[tuple[Bucket, Config]], jobs: int, 
     if jobs < 2 or not items:
         return
     t0 = time.monotonic()
-    # Grouped by variant so that each process renders and loads few modules; round-robin shares.
-    order = sorted(items, key=lambda bc: (json.dumps(bc[1].as_dict(), sort_keys=True), bc[0].name()))
-    shares = [[(b.to_json(), c.as_dict()) for b, c in order[i::jobs]] for i in range(jobs)]
+    shares = [[(b.to_json(), c.as_dict()) for b, c in share] for share in precompile_shares(items, jobs)]
     done = 0
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
