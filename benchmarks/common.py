@@ -11,6 +11,8 @@ from typing import Any, Callable
 import torch
 import triton
 
+from tuner.core import Config
+
 
 def provenance() -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
@@ -75,3 +77,13 @@ def sass_opcodes(cubin: bytes) -> list[str]:
         if m and m.group(2) != "NOP":
             ops.append(m.group(2))
     return ops
+
+
+def parse_cfg(text: str, base: Config) -> Config:
+    """`NAME=v,NAME=v` over `base`; each value is read as the type of the base's value."""
+    cfg = base
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        old = base.as_dict()[name]
+        cfg = cfg.replace(**{name: type(old)(value)})
+    return cfg

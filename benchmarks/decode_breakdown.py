@@ -8,6 +8,7 @@ like the benchmark (CUDA graph replay, median) at T = 1, 8, 64 for nvfp4_288 + f
   empty_s1   empty without splitting (one kernel, no combine): what the combine launch costs
 
     python benchmarks/decode_breakdown.py --out benchmarks/results
+    python benchmarks/decode_breakdown.py --cfg "" --cfg "LISTS=separate"   # one table per config
 """
 
 from __future__ import annotations
@@ -49,38 +50,47 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--cfg", action="append", default=None,
+                    help="NAME=v,... over the default config (repeatable; default: the default config)")
     args = ap.parse_args()
     from benchmarks.common import provenance
+    from benchmarks.common import parse_cfg
 
     dev = "cpu" if args.smoke else "cuda"
     shape = (2, 32, 16) if args.smoke else (16, 512, 128)
+    cfgs = args.cfg or [""]
     rows = []
     for name in VARIANTS:
         mod = R.load(variant(name.removesuffix("_s1")))
         D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
-        for t in ((1, 2) if args.smoke else (1, 8, 64)):
-            inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
-            cfg = D.default_config(*PAIR)
-            if name.endswith("_s1"):
-                cfg = cfg.replace(NUM_SPLITS=1)
-            if args.smoke:
-                D.run_decode(*PAIR, cfg, inp)
-                us = float("nan")
-            else:
-                us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
-                                                       return_mode="median") * 1e3
-            rows.append({"variant": name, "T": t, "us": us})
-            print(f"{name:10s} T={t:<3d} {us:8.2f} us", flush=True)
+        for text in cfgs:
+            for t in ((1, 2) if args.smoke else (1, 8, 64)):
+                inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
+                cfg = parse_cfg(text, D.default_config(*PAIR))
+                if name.endswith("_s1"):
+                    cfg = cfg.replace(NUM_SPLITS=1, LISTS="both")  # one program per token, no partials
+                if args.smoke:
+                    D.run_decode(*PAIR, cfg, inp)
+                    us = float("nan")
+                else:
+                    us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
+                                                           return_mode="median") * 1e3
+                rows.append({"variant": name, "config": text or "default", "T": t, "us": us})
+                print(f"{name:10s} {text or 'default':24s} T={t:<3d} {us:8.2f} us", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     (out / "decode_breakdown.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+    ts = sorted({r["T"] for r in rows})
     md = [f"# decode tile: leave-one-stage-out\n\n{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, "
-          f"{prov['date']}. nvfp4_288 + fp8_528, H=16, topk 512, window 128, default config, CUDA graph median.\n",
-          "| variant | " + " | ".join(f"T={t}" for t in sorted({r['T'] for r in rows})) + " |",
-          "|---|" + "---|" * len({r['T'] for r in rows})]
-    for name in VARIANTS:
-        md.append(f"| {name} | " + " | ".join(f"{r['us']:.2f}" for r in rows if r["variant"] == name) + " |")
+          f"{prov['date']}. nvfp4_288 + fp8_528, H=16, topk 512, window 128, CUDA graph median "
+          "(inputs not rotated: the records may sit in L2).\n",
+          "| config | variant | " + " | ".join(f"T={t}" for t in ts) + " |",
+          "|---|---|" + "---|" * len(ts)]
+    for text in cfgs:
+        for name in VARIANTS:
+            md.append(f"| {text or 'default'} | {name} | " + " | ".join(
+                f"{r['us']:.2f}" for r in rows if r["variant"] == name and r["config"] == (text or "default")) + " |")
     (out / "decode_breakdown.md").write_text("\n".join(md) + "\n")
     return 0
 

@@ -28,9 +28,9 @@ case "${1:-}" in
 measure)
   (
     export CUDA_VISIBLE_DEVICES=0
-    timeout $(( $(left) - 60 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 150 )) --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
+    timeout $(( $(left) - 170 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 230 )) --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_breakdown.py --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_breakdown.py --cfg "" --cfg "LISTS=separate" --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
   ) &
   (
     export CUDA_VISIBLE_DEVICES=1

@@ -23,9 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
-from benchmarks.common import sass_opcodes  # noqa: E402
+from benchmarks.common import parse_cfg, sass_opcodes  # noqa: E402
 from tuner.compile import _nvidia_stats, _request, compile_request  # noqa: E402
-from tuner.core import Config  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
 
 CLASSES = {  # SASS opcode prefix -> class reported
@@ -34,16 +33,6 @@ CLASSES = {  # SASS opcode prefix -> class reported
     "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
     "LDL": "local (spill)", "STL": "local (spill)",
 }
-
-
-def parse_cfg(text: str, base: Config) -> Config:
-    """`NAME=v,NAME=v` over `base`; each value is read as the type of the base's value."""
-    cfg = base
-    for item in filter(None, text.split(",")):
-        name, _, value = item.partition("=")
-        old = base.as_dict()[name]
-        cfg = cfg.replace(**{name: type(old)(value)})
-    return cfg
 
 
 def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[tuple[str, XCompileCase]]:
