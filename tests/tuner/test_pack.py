@@ -125,3 +125,31 @@ def test_xcompile_table_matches_the_issue() -> None:
             assert (b, "nvfp4_288", t) in seen and (b, "mxfp4_68", t) in seen
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert aborted and all("unknown asm constraint 'f'" in r["error"] for r in aborted)
+
+
+def test_bench_verification_samples_large_packs_and_still_catches_wrong_records() -> None:
+    # The bench child checks at most VERIFY_ROWS records per candidate: every tile-edge and tail
+    # record (first and last 4096) and a fixed sample of the middle, so a corrupt last record or
+    # a corrupt sampled record fails the candidate, and a correct pack passes.
+    from tuner.core import Bucket
+    from tuner.kernels.pack import FAMILY, VERIFY_ROWS, pack_key, verify_rows
+
+    n = VERIFY_ROWS + 9000
+    rows = verify_rows(n, "cpu")
+    assert len(rows) == VERIFY_ROWS and bool((rows[1:] > rows[:-1]).all())
+    assert set(range(4096)) <= set(rows.tolist()) and set(range(n - 4096, n)) <= set(rows.tolist())
+    assert torch.equal(verify_rows(100, "cpu"), torch.arange(100))
+
+    key = pack_key("fp8_528", "interp")
+    inp = FAMILY.make_inputs(key, Bucket("N", n, n), "cpu", seed=5)
+    fmt = FORMATS["fp8_528"]
+    cache = inp["cache"]
+    write_slots(cache, quantize(inp["x"], fmt), inp["slots"], fmt, 64)  # what a correct kernel writes
+    assert FAMILY.verify(key, inp, cache) is None
+    for row in (n - 1, int(rows[VERIFY_ROWS // 2])):
+        bad = cache.clone()
+        slot = inp["slots"][row : row + 1]
+        rec = read_slots(bad, slot, fmt, 64)
+        rec[0, 0] ^= 0x40  # one byte of that record's first value
+        write_slots(bad, rec, slot, fmt, 64)
+        assert "1 of 65536 records checked differ" in (FAMILY.verify(key, inp, bad) or "")

@@ -21,7 +21,8 @@ import triton
 from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes, quantize, write_slots
-from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
+from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
+                                 e2m1_backend_legality)
 from tuner.reference import compare, decode_reference
 from tuner.targets import detect, interpreting
 
@@ -382,11 +383,9 @@ def _random_cache(fmt: RecordFormat, n_slots: int, page_size: int, device: str, 
     """A cache whose first `n_slots` slots hold records of random latents (magnitudes spread over a
     few decades per token, as real latents are); pages past them stay zero."""
     pages = -(-n_slots // page_size)
-    # On a GPU the latents are drawn and quantized there, from a device generator seeded by `g`:
-    # the bench child builds hundreds of these per bucket, and on the host they took minutes.
+    # On a GPU the latents are drawn and quantized there (see device_generator).
     dev = torch.device(device)
-    dg = g if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(
-        int(torch.randint(0, 2**62, (1,), generator=g)))
+    dg = device_generator(g, dev)
     x = torch.randn(n_slots, 512, generator=dg, device=dev) * torch.exp(torch.randn(n_slots, 1, generator=dg, device=dev))
     cache = alloc_cache(fmt, pages, page_size, device=dev, fill=0)
     write_slots(cache, quantize(x.to(torch.bfloat16), fmt), torch.arange(n_slots, device=dev), fmt, page_size)

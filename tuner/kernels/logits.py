@@ -19,7 +19,8 @@ import triton
 from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes
-from tuner.kernels.base import E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, e2m1_backend_legality
+from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
+                                 e2m1_backend_legality)
 from tuner.reference import compare, logits_reference
 from tuner.targets import detect
 
@@ -279,16 +280,18 @@ def random_cache(fmt: str | RecordFormat, num_pages: int, page_size: int, device
     """A cache of valid random records, built in place (quantizing millions of rows would need
     gigabytes of temporaries): uniform element bytes, scales over a few binades, no NaN."""
     f = _check_fmt(fmt)
-    cache = alloc_cache(f, num_pages, page_size, device=device, fill=0)
+    dev = torch.device(device)
+    dg = device_generator(g, dev)  # drawn where the cache lives
+    cache = alloc_cache(f, num_pages, page_size, device=dev, fill=0)
     data = cache[:, : page_size * f.data_bytes]
-    data.copy_(torch.randint(0, 256, data.shape, generator=g, dtype=torch.uint8, device="cpu").to(device))
+    data.copy_(torch.randint(0, 256, data.shape, generator=dg, dtype=torch.uint8, device=dev))
     sc = cache[:, page_size * f.data_bytes : page_size * f.bytes_per_token]
     if f.elem == "e2m1":
-        sc.copy_(torch.randint(124, 131, sc.shape, generator=g, dtype=torch.uint8).to(device))
+        sc.copy_(torch.randint(124, 131, sc.shape, generator=dg, dtype=torch.uint8, device=dev))
     else:
         data[(data == 0x7F) | (data == 0xFF)] = 0  # e4m3 NaN codes
-        e = torch.randint(120, 131, (num_pages, page_size), generator=g, dtype=torch.int32)
-        sc.copy_((e << 23).view(torch.uint8).reshape(sc.shape).to(device))
+        e = torch.randint(120, 131, (num_pages, page_size), generator=dg, dtype=torch.int32, device=dev)
+        sc.copy_((e << 23).view(torch.uint8).reshape(sc.shape))
     return cache
 
 
