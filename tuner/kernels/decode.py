@@ -350,10 +350,11 @@ def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
     partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
     splits), and takes more warps past that so no thread holds more than 64 of them.
-    On the H200 (benchmarks/results/decode_breakdown.md, 2026-11-29) a block of 32 splits for
-    every launch cut the empty T=1 launch from 9.8 to 7.3 us but raised T=64 (2 splits, 32x the
-    programs) from 11.2 to 32.4 us; static sm_90 for 2 splits x 64 dims: 418 SASS, 32 registers
-    against 1598 and 96 for 32 x 16."""
+    On the H200 (2026-11-29; benchmarks/results/decode_breakdown_loop_combine.md against
+    decode_breakdown.md) a block of 32 splits for every launch cut the empty T=1 launch from 9.8
+    (a loop over the splits) to 7.3 us but raised T=64 (2 splits, 32x the programs) from 11.2 to
+    32.4 us; static sm_90 for 2 splits x 64 dims: 418 SASS, 32 registers against 1598 and 96 for
+    32 x 16. The sizing by split count is not timed yet."""
     block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
     warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
     return block_d, warps
