@@ -316,3 +316,40 @@ def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
     old = Config.from_dict({k: v for k, v in base.replace(NUM_SPLITS=2).as_dict().items() if k not in ("LISTS", "COMBINE")})
     _poison(inp)
     assert verify_decode(comp, win, inp, run_decode(comp, win, old, inp)) is None
+
+
+@pytest.mark.parametrize("parts,heads", [(2, 16), (5, 16), (16, 16), (32, 16), (45, 12), (20, 64)])
+def test_combine_merges_any_number_of_partials(parts: int, heads: int, device: str) -> None:
+    # decode_combine alone, on synthetic partials (running max in log2 units, sum of exp2, the
+    # unnormalised output): every block size it is launched with (2 to 64 splits, 16 to 64 heads)
+    # against the flash-decoding merge in float64. Head 0 of token 1 has no key in any split
+    # (o = 0, lse = -inf); some splits of the others have none (m = -inf, l = 0).
+    from tuner.kernels.decode import _module, launch_combine
+
+    g = torch.Generator().manual_seed(parts * 100 + heads)
+    t = 3
+    m = torch.randn(t, parts, heads, generator=g, dtype=torch.float64) * 4
+    m[torch.rand(t, parts, heads, generator=g) < 0.3] = float("-inf")
+    m[1, :, 0] = float("-inf")
+    ell = torch.where(torch.isinf(m), 0.0, torch.rand(t, parts, heads, generator=g, dtype=torch.float64) * 5 + 0.5)
+    po = torch.randn(t, parts, heads, 512, generator=g, dtype=torch.float64) * ell[..., None]
+    sink = torch.randn(heads, generator=g, dtype=torch.float64)
+
+    big = m.amax(dim=1)
+    big_use = torch.where(torch.isinf(big), 0.0, big)
+    w = torch.exp2(m - big_use[:, None, :])
+    lsum = (ell * w).sum(dim=1)
+    want_o = (po * w[..., None]).sum(dim=1) / (lsum + torch.exp2(sink * math.log2(math.e) - big_use))[..., None]
+    want_o = torch.where((lsum > 0)[..., None], want_o, 0.0)
+    want_lse = torch.where(lsum > 0, (big_use + torch.log2(lsum.clamp_min(1e-300))) * math.log(2), float("-inf"))
+
+    ws = torch.cat([po.float().flatten(), torch.stack([m, ell], dim=-1).float().flatten()]).to(device)
+    part_o, part_ml = ws[: po.numel()], ws[po.numel():]
+    o = torch.full((t, heads, 512), float("nan"), dtype=torch.bfloat16, device=device)
+    lse = torch.full((t, heads), float("nan"), dtype=torch.float32, device=device)
+    launch_combine(_module("fp8_528", "fp8_528", "soft"), part_o, part_ml, sink.float().to(device), o, lse, parts, True)
+    assert compare(o.cpu(), want_o.float(), 1e-2) is None, compare(o.cpu(), want_o.float(), 1e-2)
+    assert torch.equal(torch.isneginf(lse.cpu()), torch.isneginf(want_lse))
+    live = torch.isfinite(want_lse)
+    assert torch.allclose(lse.cpu()[live].double(), want_lse[live], rtol=1e-5, atol=1e-5)
+    assert bool((o[1, 0] == 0).all())

@@ -335,15 +335,23 @@ def decode(
             UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     if plan.partial and not fused:
-        # Sized to the launch's partials, not to the most any launch has: masked-off splits still
-        # cost the program their addresses and reductions (see combine_tile).
-        comb_s = max(2, triton.next_power_of_2(parts))
-        block_d, warps = combine_tile(comb_s, block_h)
-        mod.decode_combine[(n_tok, 512 // block_d)](
-            part_o, part_ml, sink, o, lse, heads, parts,
-            BLOCK_H=block_h, BLOCK_S=comb_s, BLOCK_D=block_d, HAS_SINK=attn_sink is not None, num_warps=warps,
-        )
+        launch_combine(mod, part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
     return o, lse
+
+
+def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
+                   lse: torch.Tensor, parts: int, has_sink: bool) -> None:
+    """decode_combine over `parts` partials per token of `o[T, H, 512]` (the workspace layout of
+    `decode`). The block is sized to the launch's partials, not to the most any launch has:
+    masked-off splits still cost the program their addresses and reductions (see combine_tile)."""
+    n_tok, heads = o.shape[0], o.shape[1]
+    block_s = max(2, triton.next_power_of_2(parts))
+    block_h = max(16, triton.next_power_of_2(heads))
+    block_d, warps = combine_tile(block_s, block_h)
+    mod.decode_combine[(n_tok, 512 // block_d)](
+        part_o, part_ml, sink, o, lse, heads, parts,
+        BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps,
+    )
 
 
 def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
