@@ -85,19 +85,29 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
     for cfg in cfgs:
         _check(p, fmt, cfg)
         if page == 64:
-            # The other MMA orientation: keys on M (scores transposed, heads summed along N). The
-            # page size only moves addresses, which both orientations compute alike: one is enough.
-            _check(p, fmt, cfg.replace(MMA="keys_m"))
+            # The other MMA orientation (keys on M: scores transposed, heads summed along N; or
+            # heads on M). The page size only moves addresses, which both compute alike: one is enough.
+            _check(p, fmt, cfg.replace(MMA="heads_m" if cfg["MMA"] == "keys_m" else "keys_m"))
+        # Each tile's loads issued one iteration early (PREFETCH): 16-key tiles cross a 16-key page
+        # every tile; the program's last tile prefetches nothing.
+        _check(p, fmt, cfg.replace(PREFETCH=1, BLOCK_N=16, TILES=4))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
             # the other page lookup (and, at page 64, keys on M with two tokens' heads on N).
             other = "key" if cfg["PAGE_LOOKUP"] == "tile" else "tile"
             _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2,
-                                       MMA="keys_m" if page == 64 else "heads_m"))
+                                       MMA="keys_m" if page == 64 else "heads_m", PREFETCH=int(page == 128)))
 
 
 def test_default_config_runs(device: str) -> None:
     _check(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", None)
+
+
+def test_configs_from_before_the_mma_and_prefetch_axes_still_run(device: str) -> None:
+    # A bundle tuned before MMA and PREFETCH existed holds configs without them: they mean what the
+    # kernel did then (heads on M, no prefetch), and an engine that fetches one must not fail.
+    old = {k: v for k, v in default_config("mxfp4_68", "fp8").as_dict().items() if k not in ("MMA", "PREFETCH")}
+    _check(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", Config.from_dict(old))
 
 
 @pytest.mark.parametrize("page", [32, 256])
@@ -175,7 +185,7 @@ def test_space_is_data_and_family_protocol() -> None:
             sp = FAMILY.space(key)
             doc = json.loads(json.dumps(sp.to_json()))
             assert [d["name"] for d in doc] == ["dot", "backend", "BLOCK_N", "TILES", "QT", "HEADS", "PAGE_LOOKUP",
-                                                "MMA", "num_warps", "num_stages"]
+                                                "MMA", "PREFETCH", "num_warps", "num_stages"]
             dflt = FAMILY.default_config(key)
             assert sp.infeasible(dflt) is None
             assert FAMILY.variant_of(dflt) in FAMILY.variants()

@@ -129,6 +129,10 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # took B=64 x 64K from 1054 to 418 us (mxfp4_68) and 539 to 210 us (fp8_132). bf16
             # queries keep heads_m until keys_m is timed on their f16 dot.
             Param("MMA", ("heads_m", "keys_m"), "keys_m" if q_dtype == "fp8" else "heads_m"),
+            # 1: the next tile's block-table and record loads are issued before this tile's dots
+            # (Triton's pipeliner leaves this loop alone: its loads hang off block-table loads; the
+            # sm_90 SASS is the same at num_stages 2 and 3). Only matters with TILES > 1.
+            Param("PREFETCH", (0, 1), 0),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
         ),
@@ -220,6 +224,8 @@ def logits(
     elif out.dtype != torch.float32 or tuple(out.shape) != (t, max_len) or not out.is_contiguous() or out.device != dev:
         raise ValueError(f"out must be a contiguous fp32[{t}, {max_len}] on {dev}")
     cfg = config or default_config(f, qdt, hi)
+    # Configs tuned before the MMA and PREFETCH axes existed meant what the kernel did then.
+    cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, **cfg.as_dict()})
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
@@ -238,7 +244,7 @@ def logits(
         t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
         TILE_LOOKUP=cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0, Q_FP8=qdt == "fp8",
-        KEYS_M=cfg["MMA"] == "keys_m",
+        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
@@ -440,11 +446,12 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
             "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
             "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr", "KEYS_M": "constexpr",
+            "PREFETCH": "constexpr",
         },
         constexprs={
             "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
             "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
-            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m",
+            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m", "PREFETCH": bool(cfg.get("PREFETCH", 0)),
         },
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
@@ -469,8 +476,8 @@ class _LogitsFamily:
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
-        fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot)
-        and the keys-on-M orientation of the fp8 and scaled paths."""
+        fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot),
+        the heads-on-M orientation and PREFETCH of the fp8 and scaled paths."""
         cases = []
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
@@ -482,10 +489,12 @@ class _LogitsFamily:
                 cases.append(_xcompile_case(fmt, dot, backend, qdt, cfg, f"{fmt} q={qdt}"))
         prefill = default_config("mxfp4_68", "fp8").replace(QT=2, HEADS=32, BLOCK_N=128, PAGE_LOOKUP="key")
         cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", prefill, "mxfp4_68 q=fp8 QT=2 HEADS=32"))
-        # Keys on the MMA's M side: the chunked fp8 path (mxfp4_68) and dot_scaled (fp8_132).
+        # The chunked fp8 path (mxfp4_68) and dot_scaled (fp8_132) in the other MMA orientation
+        # than their default (keys on M for fp8 queries), and with PREFETCH.
         for fmt, dot in (("mxfp4_68", "fp8"), ("fp8_132", "scaled")):
-            cfg = default_config(fmt, "fp8").replace(dot=dot, MMA="keys_m")
-            cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg, f"{fmt} q=fp8 keys_m"))
+            cfg = default_config(fmt, "fp8").replace(dot=dot)
+            cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(MMA="heads_m"), f"{fmt} q=fp8 heads_m"))
+            cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(PREFETCH=1), f"{fmt} q=fp8 prefetch"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:

@@ -45,16 +45,17 @@ def _ue8m0_value(e):
 
 
 @triton.jit
-def _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+def _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, more, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
            TILE_LOOKUP: tl.constexpr):
     # Physical page of each key of the tile (int64, 0 where absent) and whether the key is present:
-    # inside [lo, hi) and on a page the block table maps (-1 = no page).
+    # inside [lo, hi) and on a page the block table maps (-1 = no page). `more` false: no tile
+    # (PREFETCH past the program's last one), nothing is read.
     pidx = j // PAGE
-    need = (j >= lo) & (j < hi) & (pidx < max_pages)
+    need = (j >= lo) & (j < hi) & (pidx < max_pages) & more
     row = bt_ptr + seq.to(tl.int64) * max_pages
     if TILE_LOOKUP:
         # The whole tile lies inside page j0 // PAGE: one block-table read for BLOCK_N keys.
-        p = tl.load(row + j0 // PAGE, mask=(j0 // PAGE) < max_pages, other=-1)
+        p = tl.load(row + j0 // PAGE, mask=((j0 // PAGE) < max_pages) & more, other=-1)
         page = tl.zeros([BLOCK_N], dtype=tl.int32) + p
     else:
         page = tl.load(row + pidx, mask=need, other=-1)
@@ -63,9 +64,10 @@ def _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, PAGE: tl.constexpr, BLOCK_N: t
 
 
 @triton.jit
-def _load_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    # Gather the tile's records (data rows, then scale rows of each key's page) into the dot's
-    # K operands. 64-bit offsets: a KV pool is routinely larger than 2 GiB.
+def _fetch_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Gather the tile's records (data rows, then scale rows of each key's page) as raw bytes and
+    # words; _decode_k turns them into the dot's K operands. 64-bit offsets: a KV pool is
+    # routinely larger than 2 GiB.
     base = page * page_bytes
     off = (j % PAGE).to(tl.int64)
     drow = base + off * DATA_BYTES
@@ -74,21 +76,32 @@ def _load_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.
     srow = (base + PAGE * DATA_BYTES + off * SCALE_BYTES) // 4
     sw = tl.load(cache_ptr.to(tl.pointer_type(tl.int32)) + srow, mask=ok, other=0)
     # Chunk c of 32 dims is bytes 16c..16c+15 of the row, and its ue8m0 scale is byte c of the
-    # scale word. Element values are exact in the dot's type (e2m1 levels are e4m3 and fp16 values).
+    # scale word.
     cb = tl.arange(0, CHUNK // 2)
-    b0 = tl.load(cache_ptr + drow[:, None] + (cb + 0 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0).to(tl.int32)
+    b0 = tl.load(cache_ptr + drow[:, None] + (cb + 0 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+    b1 = tl.load(cache_ptr + drow[:, None] + (cb + 1 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+    b2 = tl.load(cache_ptr + drow[:, None] + (cb + 2 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+    b3 = tl.load(cache_ptr + drow[:, None] + (cb + 3 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+    return b0, b1, b2, b3, sw
+
+
+@triton.jit
+def _decode_k(b0, b1, b2, b3, sw, BLOCK_N: tl.constexpr):
+    # A fetched tile's bytes -> the dot's K operands (KV).
+    # Element values are exact in the dot's type (e2m1 levels are e4m3 and fp16 values).
+    b0 = b0.to(tl.int32)
     lo0, hi0 = _e2m1_unpack2(b0)
     k0 = tl.reshape(tl.join(lo0, hi0), [BLOCK_N, CHUNK]).to(tl.float16)
     s0 = _ue8m0_value((sw >> 0) & 0xFF)
-    b1 = tl.load(cache_ptr + drow[:, None] + (cb + 1 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0).to(tl.int32)
+    b1 = b1.to(tl.int32)
     lo1, hi1 = _e2m1_unpack2(b1)
     k1 = tl.reshape(tl.join(lo1, hi1), [BLOCK_N, CHUNK]).to(tl.float16)
     s1 = _ue8m0_value((sw >> 8) & 0xFF)
-    b2 = tl.load(cache_ptr + drow[:, None] + (cb + 2 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0).to(tl.int32)
+    b2 = b2.to(tl.int32)
     lo2, hi2 = _e2m1_unpack2(b2)
     k2 = tl.reshape(tl.join(lo2, hi2), [BLOCK_N, CHUNK]).to(tl.float16)
     s2 = _ue8m0_value((sw >> 16) & 0xFF)
-    b3 = tl.load(cache_ptr + drow[:, None] + (cb + 3 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0).to(tl.int32)
+    b3 = b3.to(tl.int32)
     lo3, hi3 = _e2m1_unpack2(b3)
     k3 = tl.reshape(tl.join(lo3, hi3), [BLOCK_N, CHUNK]).to(tl.float16)
     s3 = _ue8m0_value((sw >> 24) & 0xFF)
@@ -151,6 +164,7 @@ def _program(
     t_vec, base, n_tokens, max_len, max_pages, page_bytes,
     R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
     TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     # Keys [base, base + TILES * BLOCK_N) for R query tokens of one sequence: every output element
     # of that block is written, -inf outside each token's [k_start, k_end).
@@ -170,11 +184,24 @@ def _program(
         if HEADS == HI:
             # Loaded once per program, reused by every tile.
             q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
+        if PREFETCH:
+            page, ok = _pages(bt_ptr, seq, base, base + jj, lo, hi, max_pages, base >= 0, PAGE, BLOCK_N, TILE_LOOKUP)
+            b0, b1, b2, b3, sw = _fetch_k(cache_ptr, page, base + jj, ok, page_bytes, PAGE, BLOCK_N)
         for i in range(TILES):
             j0 = base + i * BLOCK_N
             j = j0 + jj
-            page, ok = _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, PAGE, BLOCK_N, TILE_LOOKUP)
-            k0, k1, k2, k3, s0, s1, s2, s3 = _load_k(cache_ptr, page, j, ok, page_bytes, PAGE, BLOCK_N)
+            if PREFETCH:
+                # This tile was fetched one iteration ago; the next tile's loads go out before
+                # this tile's dots, so their latency hides behind them (nothing past the last tile).
+                tile_ok = ok
+                k0, k1, k2, k3, s0, s1, s2, s3 = _decode_k(b0, b1, b2, b3, sw, BLOCK_N)
+                page, ok = _pages(bt_ptr, seq, j0 + BLOCK_N, j + BLOCK_N, lo, hi, max_pages, i + 1 < TILES, PAGE,
+                                  BLOCK_N, TILE_LOOKUP)
+                b0, b1, b2, b3, sw = _fetch_k(cache_ptr, page, j + BLOCK_N, ok, page_bytes, PAGE, BLOCK_N)
+            else:
+                page, tile_ok = _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, i < TILES, PAGE, BLOCK_N, TILE_LOOKUP)
+                b0, b1, b2, b3, sw = _fetch_k(cache_ptr, page, j, tile_ok, page_bytes, PAGE, BLOCK_N)
+                k0, k1, k2, k3, s0, s1, s2, s3 = _decode_k(b0, b1, b2, b3, sw, BLOCK_N)
             if HEADS == HI:
                 acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
             else:
@@ -183,7 +210,7 @@ def _program(
                 for g in tl.static_range(HI // HEADS):
                     q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, g * HEADS, R, HI, HEADS, Q_FP8)
                     acc += _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
-            live = ok[None, :] & (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
+            live = tile_ok[None, :] & (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
             tl.store(out_row + j[None, :], tl.where(live, acc, float("-inf")),
                      mask=t_ok[:, None] & (j < max_len)[None, :])
     else:
@@ -216,6 +243,7 @@ def logits_kernel(
     TILE_LOOKUP: tl.constexpr,
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
+    PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.
@@ -223,7 +251,7 @@ def logits_kernel(
     t0 = tl.program_id(1) * QT
     if QT == 1:
         _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
-                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M)
+                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
     else:
         t_vec = t0 + tl.arange(0, QT)
         t_ok = t_vec < n_tokens
@@ -233,10 +261,10 @@ def logits_kernel(
         if same:
             # Prefill: the QT tokens share their sequence's K tiles, one dot of QT * HEADS rows.
             _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
-                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M)
+                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
         else:
             # A group straddling sequences: each token on its own.
             for g in tl.static_range(QT):
                 _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
                          base, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
-                         TILE_LOOKUP, Q_FP8, KEYS_M)
+                         TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
