@@ -42,10 +42,11 @@ TABLE_SPACES: dict[str, dict[str, tuple]] = {
     "pack": {},  # the whole space (about 100 configs)
     # fp32 dot operands are a precision option (2x the shared memory, never faster); deeper
     # pipelines than one stage did not pay in the H200 sweep; AUTO and two fixed split counts.
-    "decode": {"DOT": ("bf16",), "num_stages": (1,), "NUM_SPLITS": (0, 4, 16)},
+    "decode": {"DOT": ("bf16",), "num_stages": (1,), "NUM_SPLITS": (0, 4, 16), "PREFETCH": (0,)},
     # The two paths that keep fp8/e2m1 operands (the dequantizing f16/bf16 paths were 2-3x slower
     # in the H200 sweep), the seed's 64 heads in one dot, and the tile shapes around the default.
-    # PREFETCH stays at its default here (bench_logits.py sweeps it): both would double the table.
+    # PREFETCH (here and for decode) stays at its default: both would double the table; the
+    # benchmarks sweep it.
     "logits": {"dot": ("fp8", "scaled"), "BLOCK_N": (64, 128), "TILES": (4,), "QT": (1, 2), "HEADS": (64,),
                "PREFETCH": (0,), "num_warps": (4, 8), "num_stages": (2,)},
 }

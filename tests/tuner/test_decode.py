@@ -44,7 +44,9 @@ def _configs(comp: str, win: str, backend: str, sink: bool) -> list[Config]:
     base = default_config(comp, win).replace(backend=backend)
     if not sink:  # the list layouts and merges below only move partials: checked once, with the sink
         return [base, base.replace(NUM_SPLITS=2, BLOCK_N=32, MMA="keys_m", num_warps=4),
-                base.replace(NUM_SPLITS=4, DOT="fp32")]
+                base.replace(NUM_SPLITS=4, DOT="fp32"),
+                # Records loaded one block early: 16-key blocks, several per split, ragged ends.
+                base.replace(PREFETCH=1, BLOCK_N=16, MMA="keys_m", num_warps=4, NUM_SPLITS=1)]
     return [
         base,  # AUTO splits: 4 "SMs" under the interpreter -> 1 split at T=3
         base.replace(NUM_SPLITS=2, BLOCK_N=32, MMA="keys_m", num_warps=4),
@@ -59,6 +61,7 @@ def _configs(comp: str, win: str, backend: str, sink: bool) -> list[Config]:
         # by decode_combine, then by the last program of the second launch.
         base.replace(NUM_SPLITS=2, LISTS="separate"),
         base.replace(NUM_SPLITS=4, LISTS="separate", COMBINE="fused", MMA="keys_m", num_warps=4),
+        base.replace(NUM_SPLITS=2, LISTS="separate", PREFETCH=1, BLOCK_N=16, MMA="keys_m", num_warps=4),
     ]
 
 
@@ -166,7 +169,7 @@ def test_decode_rejects_bad_arguments(device: str) -> None:
 def test_space_is_data() -> None:
     sp = space("nvfp4_288", "fp8_528")
     doc = json.loads(json.dumps(sp.to_json()))
-    assert [p["name"] for p in doc] == ["backend", "BLOCK_N", "NUM_SPLITS", "LISTS", "COMBINE", "DOT", "MMA",
+    assert [p["name"] for p in doc] == ["backend", "BLOCK_N", "NUM_SPLITS", "LISTS", "COMBINE", "DOT", "MMA", "PREFETCH",
                                         "num_warps", "num_stages"]
     assert [p["name"] for p in doc if p["render"]] == ["backend"]
     grid = list(sp.grid())
@@ -245,6 +248,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "combine", t) in seen and ("soft", "nvfp4_288+fp8_528 split8", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate comp", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate win", t) in seen
+        assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert len(aborted) == 2 * len([p for p in ISSUE_PAIRS if "nvfp4_288" in p])  # 2 gfx targets per e2m1 pair

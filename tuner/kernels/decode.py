@@ -94,6 +94,10 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             Param("COMBINE", ("kernel", "fused"), "kernel"),
             Param("DOT", ("bf16", "fp32"), "bf16"),
             Param("MMA", ("heads_m", "keys_m"), "heads_m"),
+            # 1: each block's slots and records are loaded one block early, before the previous
+            # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
+            # does not pipeline loads whose addresses come from other loads).
+            Param("PREFETCH", (0, 1), 0),
             # Defaults: BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits was the fastest
             # correct config at every T of the H200 sweep (benchmarks/results/decode.md).
             Param("num_warps", (4, 8), 8),
@@ -270,8 +274,8 @@ def decode(
     if len({t.device for t in tensors}) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in tensors})}")
     cfg = config or default_config(cf, wf)
-    # Configs tuned before the LISTS and COMBINE axes existed meant what their defaults do.
-    cfg = Config.from_dict({"LISTS": "both", "COMBINE": "kernel", **cfg.as_dict()})
+    # Configs tuned before the LISTS, COMBINE and PREFETCH axes existed meant what their defaults do.
+    cfg = Config.from_dict({"LISTS": "both", "COMBINE": "kernel", "PREFETCH": 0, **cfg.as_dict()})
     why = space(cf, wf).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible decode config {cfg.to_json()}: {why}")
@@ -332,7 +336,8 @@ def decode(
             COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
             N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, ONLY=only, FUSED=fused,
             HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
-            UPCAST=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            UPCAST=interpreting(), PREFETCH=bool(cfg["PREFETCH"]), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
         )
     if plan.partial and not fused:
         launch_combine(mod, part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
@@ -469,7 +474,7 @@ def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
         "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "BLOCK_S": "constexpr", "STATIC_TRIPS": "constexpr",
         "COMP_CHUNK": "constexpr", "WIN_CHUNK": "constexpr", "N_PARTS": "constexpr", "SPLIT": "constexpr",
         "APART": "constexpr", "ONLY": "constexpr", "FUSED": "constexpr", "HAS_SINK": "constexpr", "DOT_FP32": "constexpr",
-        "SWAP": "constexpr", "UPCAST": "constexpr",
+        "SWAP": "constexpr", "UPCAST": "constexpr", "PREFETCH": "constexpr",
     }
 
 
@@ -528,7 +533,8 @@ class _DecodeFamily:
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
         of the main kernel once, the two launches of LISTS=separate with COMBINE=fused (one list
-        each, the arrival atomic and the in-kernel merge), and the combine kernel once."""
+        each, the arrival atomic and the in-kernel merge), PREFETCH on every record reader, and the
+        combine kernel once."""
         cases: list[XCompileCase] = []
         for comp, win in ISSUE_PAIRS:
             cf, wf = get_format(comp), get_format(win)
@@ -540,6 +546,10 @@ class _DecodeFamily:
         cases.append(self._main_case(cf, wf, "soft", cfg, split=True))
         for only in (1, 2):  # LISTS=separate with COMBINE=fused: each list's launch, the arrival atomic, the merge
             cases.append(self._main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True, only=only))
+        # PREFETCH on the three record readers: nvfp4_288 and fp8_528, then fp8_584's bf16 tail.
+        cases.append(self._main_case(cf, wf, "soft", cfg.replace(PREFETCH=1), split=True))
+        f584 = get_format("fp8_584")
+        cases.append(self._main_case(f584, f584, "soft", default_config(f584, f584).replace(PREFETCH=1), split=False))
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
@@ -554,7 +564,7 @@ class _DecodeFamily:
         splits = 8 if split else 1  # only names the case: split counts are runtime ints
         detail = f"{cf.name}+{wf.name}" + (f" split{splits}" if split and not (apart or fused) else "")
         detail += (" apart" if apart else "") + (" fused" if fused else "")
-        detail += {0: "", 1: " separate comp", 2: " separate win"}[only]
+        detail += {0: "", 1: " separate comp", 2: " separate win"}[only] + (" prefetch" if cfg.get("PREFETCH") else "")
         return XCompileCase(
             variant=backend,
             rendered=render_variant(cf, wf, backend),
@@ -563,7 +573,8 @@ class _DecodeFamily:
             constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": MAX_SPLITS, "SPLIT": split,
                         "APART": apart, "ONLY": only, "FUSED": fused, "HAS_SINK": True,
                         "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0,
-                        "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False},
+                        "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False,
+                        "PREFETCH": bool(cfg.get("PREFETCH", 0))},
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
             detail=detail,

@@ -25,8 +25,10 @@ def _e4m3_scale_value(b):
     return tl.where((b & 0x7F) == 0x7F, float("nan"), v)
 
 @triton.jit
-def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+def _comp_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr):
     # fp8_584: 448 e4m3 dims in tiles of 64 with ue8m0 scales, then 64 bf16 dims.
+    # The records' raw bytes (_comp_keys_decode turns them into K), so that PREFETCH can issue a
+    # block's loads one block before its dots.
     s = tl.where(valid, slot, 0)
     # Page and offset in 32 bits (slots are int32), byte offsets in 64 bits: pools exceed 2 GiB.
     page = (s // page_size).to(tl.int64)
@@ -41,13 +43,21 @@ def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.conste
     is_q = t < 7
     b = tl.load(cache_ptr + data[:, None, None] + (t[:, None] * 64 + k[None, :])[None, :, :],
                 mask=valid[:, None, None] & is_q[None, :, None], other=0)
-    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None] & is_q[None, :], other=0).to(tl.int32)
-    v = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0_value(sb)[:, :, None]
+    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None] & is_q[None, :], other=0)
     # The bf16 dims as little-endian byte pairs (byte loads stay vectorised; an int16 pointer cast
     # would lose the alignment facts).
     k2 = tl.arange(0, 128)
-    tb = tl.load(cache_ptr + data[:, None] + 448 + k2[None, :], mask=valid[:, None], other=0).to(tl.int32)
-    t_lo, t_hi = tl.split(tl.reshape(tb, [BLOCK_N, 64, 2]))
+    tb = tl.load(cache_ptr + data[:, None] + 448 + k2[None, :], mask=valid[:, None], other=0)
+    return b, sb, tb
+
+
+@triton.jit
+def _comp_keys_decode(b, sb, tb, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Fetched fp8_584 records -> K[BLOCK_N, 512].
+    sb = sb.to(tl.int32)
+    t = tl.arange(0, 8)
+    v = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0_value(sb)[:, :, None]
+    t_lo, t_hi = tl.split(tl.reshape(tb.to(tl.int32), [BLOCK_N, 64, 2]))
     tail = (t_lo | (t_hi << 8)).to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
     v = tl.where((t == 7)[None, :, None], tail[:, None, :], v)
     kv = tl.reshape(v, [BLOCK_N, 512])
@@ -55,6 +65,13 @@ def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.conste
         return kv
     else:
         return kv.to(tl.bfloat16)
+
+
+@triton.jit
+def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Gather BLOCK_N fp8_584 records and dequantize them: K[BLOCK_N, 512].
+    b, sb, tb = _comp_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N)
+    return _comp_keys_decode(b, sb, tb, BLOCK_N, DOT_FP32)
 
 
 
@@ -98,31 +115,65 @@ def _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP: tl.constexpr, UPCAST:
 
 @triton.jit
 def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
-        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr):
+        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
+        PREFETCH: tl.constexpr):
     # This split's share of one key list. Every split runs the same trip count; keys past its
     # share or past the list are masked (their loads move no bytes).
-    for start in range(0, chunk, BLOCK_N):
-        j = start + tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        # Each block's slots and records are loaded one block early, before the dots of the block
+        # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
+        j = tl.arange(0, BLOCK_N)
         n = sp * chunk + j
         slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
-        valid = slot >= 0
-        kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
-        m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+        b, sb, tb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+        for start in range(0, chunk, BLOCK_N):
+            valid = slot >= 0
+            kv = _comp_keys_decode(b, sb, tb, BLOCK_N, DOT_FP32)
+            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            b, sb, tb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+    else:
+        for start in range(0, chunk, BLOCK_N):
+            j = start + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            valid = slot >= 0
+            kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
-        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr):
+        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
+        PREFETCH: tl.constexpr):
     # This split's share of one key list. Every split runs the same trip count; keys past its
     # share or past the list are masked (their loads move no bytes).
-    for start in range(0, chunk, BLOCK_N):
-        j = start + tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        # Each block's slots and records are loaded one block early, before the dots of the block
+        # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
+        j = tl.arange(0, BLOCK_N)
         n = sp * chunk + j
         slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
-        valid = slot >= 0
-        kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
-        m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+        b, sb, tb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+        for start in range(0, chunk, BLOCK_N):
+            valid = slot >= 0
+            kv = _comp_keys_decode(b, sb, tb, BLOCK_N, DOT_FP32)
+            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            b, sb, tb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+    else:
+        for start in range(0, chunk, BLOCK_N):
+            j = start + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            valid = slot >= 0
+            kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     return m_i, l_i, acc
 
 
@@ -130,28 +181,28 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
 def _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk, topk, window,
           comp_page_size, comp_page_bytes, win_page_size, win_page_bytes, m_i, l_i, acc, scale_log2,
           BLOCK_N: tl.constexpr, APART: tl.constexpr, ONLY: tl.constexpr, DOT_FP32: tl.constexpr,
-          SWAP: tl.constexpr, UPCAST: tl.constexpr):
+          SWAP: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr):
     if ONLY == 1:
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     elif ONLY == 2:
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     elif APART:
         # One list per program, picked per program (a uniform branch; both paths are compiled in):
         # programs [0, comp_splits) take chunks of the compressed list, the others of the window list.
         if sp < comp_splits:
             m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
         else:
             m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp - comp_splits, win_chunk, window, win_page_size,
-                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     else:
         # The split's share of the compressed list, then of the window list.
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     return m_i, l_i, acc
 
 
@@ -199,6 +250,7 @@ def decode_kernel(
     DOT_FP32: tl.constexpr,
     SWAP: tl.constexpr,  # keys on the MMA's M side (see _attend)
     UPCAST: tl.constexpr,  # only under the interpreter (see _mma)
+    PREFETCH: tl.constexpr,  # each block's slots and records are loaded one block early (see pass_fn)
 ):
     tok = tl.program_id(0)
     sp = tl.program_id(1)
@@ -236,11 +288,11 @@ def decode_kernel(
     if STATIC_TRIPS:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, COMP_CHUNK, WIN_CHUNK,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
     else:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
 
     if SWAP:
         acc = tl.trans(acc)

@@ -53,8 +53,10 @@ def _e4m3_scale_value(b):
     return tl.where((b & 0x7F) == 0x7F, float("nan"), v)
 
 @triton.jit
-def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+def _comp_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr):
     # nvfp4_288: 512 e2m1 dims in tiles of 16 with e4m3 scales.
+    # The records' raw bytes (_comp_keys_decode turns them into K), so that PREFETCH can issue a
+    # block's loads one block before its dots.
     s = tl.where(valid, slot, 0)
     # Page and offset in 32 bits (slots are int32), byte offsets in 64 bits: pools exceed 2 GiB.
     page = (s // page_size).to(tl.int64)
@@ -66,10 +68,17 @@ def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.conste
     t = tl.arange(0, 32)
     k = tl.arange(0, 8)
     b = tl.load(cache_ptr + data[:, None, None] + (t[:, None] * 8 + k[None, :])[None, :, :],
-                mask=valid[:, None, None], other=0).to(tl.int32)
-    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None], other=0).to(tl.int32)
+                mask=valid[:, None, None], other=0)
+    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None], other=0)
+    return b, sb
+
+
+@triton.jit
+def _comp_keys_decode(b, sb, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Fetched nvfp4_288 records -> K[BLOCK_N, 512].
+    sb = sb.to(tl.int32)
     sc = _e4m3_scale_value(sb)
-    lo, hi = _e2m1_unpack2(b)
+    lo, hi = _e2m1_unpack2(b.to(tl.int32))
     lo = lo * sc[:, :, None]
     hi = hi * sc[:, :, None]
     kv = tl.reshape(tl.join(lo, hi), [BLOCK_N, 512])
@@ -78,9 +87,18 @@ def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.conste
     else:
         return kv.to(tl.bfloat16)
 
+
 @triton.jit
-def _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+def _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Gather BLOCK_N nvfp4_288 records and dequantize them: K[BLOCK_N, 512].
+    b, sb = _comp_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N)
+    return _comp_keys_decode(b, sb, BLOCK_N, DOT_FP32)
+
+@triton.jit
+def _win_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr):
     # fp8_528: 512 e4m3 dims in tiles of 32 with ue8m0 scales.
+    # The records' raw bytes (_win_keys_decode turns them into K), so that PREFETCH can issue a
+    # block's loads one block before its dots.
     s = tl.where(valid, slot, 0)
     # Page and offset in 32 bits (slots are int32), byte offsets in 64 bits: pools exceed 2 GiB.
     page = (s // page_size).to(tl.int64)
@@ -92,13 +110,27 @@ def _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constex
     k = tl.arange(0, 32)
     b = tl.load(cache_ptr + data[:, None, None] + (t[:, None] * 32 + k[None, :])[None, :, :],
                 mask=valid[:, None, None], other=0)
-    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None], other=0).to(tl.int32)
+    sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None], other=0)
+    return b, sb
+
+
+@triton.jit
+def _win_keys_decode(b, sb, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Fetched fp8_528 records -> K[BLOCK_N, 512].
+    sb = sb.to(tl.int32)
     v = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _ue8m0_value(sb)[:, :, None]
     kv = tl.reshape(v, [BLOCK_N, 512])
     if DOT_FP32:
         return kv
     else:
         return kv.to(tl.bfloat16)
+
+
+@triton.jit
+def _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    # Gather BLOCK_N fp8_528 records and dequantize them: K[BLOCK_N, 512].
+    b, sb = _win_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N)
+    return _win_keys_decode(b, sb, BLOCK_N, DOT_FP32)
 
 
 
@@ -142,31 +174,65 @@ def _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP: tl.constexpr, UPCAST:
 
 @triton.jit
 def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
-        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr):
+        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
+        PREFETCH: tl.constexpr):
     # This split's share of one key list. Every split runs the same trip count; keys past its
     # share or past the list are masked (their loads move no bytes).
-    for start in range(0, chunk, BLOCK_N):
-        j = start + tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        # Each block's slots and records are loaded one block early, before the dots of the block
+        # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
+        j = tl.arange(0, BLOCK_N)
         n = sp * chunk + j
         slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
-        valid = slot >= 0
-        kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
-        m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+        b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+        for start in range(0, chunk, BLOCK_N):
+            valid = slot >= 0
+            kv = _comp_keys_decode(b, sb, BLOCK_N, DOT_FP32)
+            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+    else:
+        for start in range(0, chunk, BLOCK_N):
+            j = start + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            valid = slot >= 0
+            kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
-        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr):
+        BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
+        PREFETCH: tl.constexpr):
     # This split's share of one key list. Every split runs the same trip count; keys past its
     # share or past the list are masked (their loads move no bytes).
-    for start in range(0, chunk, BLOCK_N):
-        j = start + tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        # Each block's slots and records are loaded one block early, before the dots of the block
+        # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
+        j = tl.arange(0, BLOCK_N)
         n = sp * chunk + j
         slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
-        valid = slot >= 0
-        kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
-        m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+        b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+        for start in range(0, chunk, BLOCK_N):
+            valid = slot >= 0
+            kv = _win_keys_decode(b, sb, BLOCK_N, DOT_FP32)
+            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
+    else:
+        for start in range(0, chunk, BLOCK_N):
+            j = start + tl.arange(0, BLOCK_N)
+            n = sp * chunk + j
+            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            valid = slot >= 0
+            kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
+            m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     return m_i, l_i, acc
 
 
@@ -174,28 +240,28 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
 def _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk, topk, window,
           comp_page_size, comp_page_bytes, win_page_size, win_page_bytes, m_i, l_i, acc, scale_log2,
           BLOCK_N: tl.constexpr, APART: tl.constexpr, ONLY: tl.constexpr, DOT_FP32: tl.constexpr,
-          SWAP: tl.constexpr, UPCAST: tl.constexpr):
+          SWAP: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr):
     if ONLY == 1:
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     elif ONLY == 2:
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     elif APART:
         # One list per program, picked per program (a uniform branch; both paths are compiled in):
         # programs [0, comp_splits) take chunks of the compressed list, the others of the window list.
         if sp < comp_splits:
             m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
         else:
             m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp - comp_splits, win_chunk, window, win_page_size,
-                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     else:
         # The split's share of the compressed list, then of the window list.
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
     return m_i, l_i, acc
 
 
@@ -243,6 +309,7 @@ def decode_kernel(
     DOT_FP32: tl.constexpr,
     SWAP: tl.constexpr,  # keys on the MMA's M side (see _attend)
     UPCAST: tl.constexpr,  # only under the interpreter (see _mma)
+    PREFETCH: tl.constexpr,  # each block's slots and records are loaded one block early (see pass_fn)
 ):
     tok = tl.program_id(0)
     sp = tl.program_id(1)
@@ -280,11 +347,11 @@ def decode_kernel(
     if STATIC_TRIPS:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, COMP_CHUNK, WIN_CHUNK,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
     else:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk,
                               topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST)
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
 
     if SWAP:
         acc = tl.trans(acc)
