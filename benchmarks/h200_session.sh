@@ -60,3 +60,6 @@ tables-b)
 esac
 echo "call took $(( $(date +%s) - t0 )) s"
 tail -n 3 "$OUT"/*.log
+# The device tool brings back at most 8 files: results and tables travel as one archive
+# (here: tar xzf out.tgz, then copy tables/*.json into benchmarks/tables/).
+tar czf "$OUT/out.tgz" -C "$OUT" results tables && rm -rf "$OUT/results" "$OUT/tables"
