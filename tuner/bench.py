@@ -384,10 +384,12 @@ class BenchRunner:
                     # Building a bucket's timing input sets is the bench's own work, done once per
                     # bucket and not the candidate's: it gets its own allowance, and the candidate
                     # a fresh trial timeout for the timing that follows it.
-                    if phase == "sets" or msg.get("phase") == "sets":
-                        deadline = time.monotonic() + (self.sets_timeout_s if msg.get("phase") == "sets"
-                                                       else self.trial_timeout_s)
-                    phase = str(msg.get("phase"))
+                    new_phase = str(msg.get("phase"))
+                    if new_phase == "sets":
+                        deadline = time.monotonic() + self.sets_timeout_s
+                    elif phase == "sets":
+                        deadline = time.monotonic() + self.trial_timeout_s
+                    phase = new_phase
                 elif ev == "result":
                     m = Measurement.from_json(msg)
                     if msg.get("fatal"):

@@ -173,6 +173,14 @@ def _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP: tl.constexpr, UPCAST:
 
 
 @triton.jit
+def _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N: tl.constexpr):
+    # The slots of keys [start, start + BLOCK_N) of split sp's chunk (-1 past the chunk or the list).
+    j = start + tl.arange(0, BLOCK_N)
+    n = sp * chunk + j
+    return tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+
+
+@triton.jit
 def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
         BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
         PREFETCH: tl.constexpr):
@@ -181,23 +189,17 @@ def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, 
     if PREFETCH:
         # Each block's slots and records are loaded one block early, before the dots of the block
         # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
-        j = tl.arange(0, BLOCK_N)
-        n = sp * chunk + j
-        slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+        slot = _block_slots(idx_ptr, sp, chunk, n_keys, 0, BLOCK_N)
         b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
         for start in range(0, chunk, BLOCK_N):
             valid = slot >= 0
             kv = _comp_keys_decode(b, sb, BLOCK_N, DOT_FP32)
-            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
-            n = sp * chunk + j
-            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            slot = _block_slots(idx_ptr, sp, chunk, n_keys, start + BLOCK_N, BLOCK_N)
             b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     else:
         for start in range(0, chunk, BLOCK_N):
-            j = start + tl.arange(0, BLOCK_N)
-            n = sp * chunk + j
-            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            slot = _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N)
             valid = slot >= 0
             kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
@@ -213,23 +215,17 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
     if PREFETCH:
         # Each block's slots and records are loaded one block early, before the dots of the block
         # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
-        j = tl.arange(0, BLOCK_N)
-        n = sp * chunk + j
-        slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+        slot = _block_slots(idx_ptr, sp, chunk, n_keys, 0, BLOCK_N)
         b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
         for start in range(0, chunk, BLOCK_N):
             valid = slot >= 0
             kv = _win_keys_decode(b, sb, BLOCK_N, DOT_FP32)
-            j = start + BLOCK_N + tl.arange(0, BLOCK_N)
-            n = sp * chunk + j
-            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            slot = _block_slots(idx_ptr, sp, chunk, n_keys, start + BLOCK_N, BLOCK_N)
             b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     else:
         for start in range(0, chunk, BLOCK_N):
-            j = start + tl.arange(0, BLOCK_N)
-            n = sp * chunk + j
-            slot = tl.load(idx_ptr + n, mask=(j < chunk) & (n < n_keys), other=-1)
+            slot = _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N)
             valid = slot >= 0
             kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
@@ -376,16 +372,14 @@ def decode_kernel(
                                  BLOCK_S, HAS_SINK)
                 tl.store(cnt_ptr + tok, 0)
     else:
-        _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m_i, l_i, acc, HAS_SINK)
+        _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m_i, l_i, acc, hmask, HAS_SINK)
 
 
 @triton.jit
-def _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, n_parts, n_heads, h, d, hmask,
-                 BLOCK_S: tl.constexpr, HAS_SINK: tl.constexpr):
-    # decode_combine's merge for all heads and dims of one token: M = the max of the partials'
-    # maxima (log2 units), weights 2**(m_s - M); _finish adds the sink to o's denominator only.
-    # The (max, sum) pairs come in one load; the partial outputs one [H, D] block per iteration,
-    # unrolled so that several loads are in flight at once.
+def _split_weights(part_ml_ptr, t64, n_parts, n_heads, h, hmask, BLOCK_S: tl.constexpr):
+    # The (max, sum) pairs of a token's partials in one load: their rows and mask [S, H], the max
+    # M of the maxima (log2 units; -inf where no partial has a key, used as 0), the weights
+    # 2**(m_s - M) (0 for masked splits and key-less heads) and the merged sum of exp2.
     s = tl.arange(0, BLOCK_S)
     ml_row = (t64 * n_parts + s[:, None]) * n_heads + h[None, :]
     ml_mask = (s[:, None] < n_parts) & hmask[None, :]
@@ -393,19 +387,30 @@ def _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, n_parts
     ls = tl.load(part_ml_ptr + ml_row * 2 + 1, mask=ml_mask, other=0.0)
     big = tl.max(ms, axis=0)
     big_use = tl.where(big == float("-inf"), 0.0, big)
-    l = tl.sum(ls * tl.exp2(ms - big_use[None, :]), axis=0)
+    w = tl.exp2(ms - big_use[None, :])
+    return ml_row, ml_mask, big, big_use, w, tl.sum(ls * w, axis=0)
+
+
+@triton.jit
+def _merge_token(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, n_parts, n_heads, h, d, hmask,
+                 BLOCK_S: tl.constexpr, HAS_SINK: tl.constexpr):
+    # decode_combine's merge for all heads and dims of one token; _finish adds the sink to o's
+    # denominator only. The partial outputs come one [H, D] block per iteration, unrolled so that
+    # several loads are in flight at once.
+    _, _, big, big_use, _, l = _split_weights(part_ml_ptr, t64, n_parts, n_heads, h, hmask, BLOCK_S)
     acc = tl.zeros([h.shape[0], D], tl.float32)
     for i in tl.range(0, n_parts, loop_unroll_factor=4):
         row = (t64 * n_parts + i) * n_heads + h
         m_s = tl.load(part_ml_ptr + row * 2, mask=hmask, other=float("-inf"))
         part = tl.load(part_o_ptr + row[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0)
         acc += part * tl.exp2(m_s - big_use)[:, None]
-    _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, big, l, acc, HAS_SINK)
+    _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, big, l, acc, hmask, HAS_SINK)
 
 
 @triton.jit
-def _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m, l, acc, HAS_SINK: tl.constexpr):
+def _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m, l, acc, lse_mask, HAS_SINK: tl.constexpr):
     # lse over the keys only; the sink joins the denominator of o, never lse. No key: o = 0, lse = -inf.
+    # lse is stored where lse_mask holds (one of the programs that share a token's heads).
     has = l > 0
     m_use = tl.where(has, m, 0.0)
     den = l
@@ -417,7 +422,7 @@ def _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, m, l, acc, HAS_
     lse = tl.where(has, (m_use + tl.log2(tl.where(has, l, 1.0))) * LN2, float("-inf"))
     row = t64 * n_heads + h
     tl.store(o_ptr + row[:, None] * D + d[None, :], o.to(tl.bfloat16), mask=hmask[:, None])
-    tl.store(lse_ptr + row, lse, mask=hmask)
+    tl.store(lse_ptr + row, lse, mask=lse_mask)
 
 
 @triton.jit
@@ -437,33 +442,14 @@ def decode_combine(
     # Flash-decoding's merge: weights 2**(m_s - M) over the splits. Every split's [H, BLOCK_D]
     # slice comes in ONE block load, so all of them are in flight at once: a loop over the splits
     # waits one memory latency per split (on the H200, 8.6 us of a 9.8 us empty T=1 launch at 20
-    # splits went to the combine that looped; benchmarks/results/decode_breakdown.md).
+    # splits went to the combine that looped; benchmarks/results/decode_breakdown_loop_combine.md).
     tok = tl.program_id(0)
     pd = tl.program_id(1)
     t64 = tok.to(tl.int64)
     h = tl.arange(0, BLOCK_H)
-    s = tl.arange(0, BLOCK_S)
     d = pd * BLOCK_D + tl.arange(0, BLOCK_D)
     hmask = h < n_heads
-    ml_row = (t64 * n_split + s[:, None]) * n_heads + h[None, :]
-    ml_mask = (s[:, None] < n_split) & hmask[None, :]
-    ms = tl.load(part_ml_ptr + ml_row * 2, mask=ml_mask, other=float("-inf"))
-    ls = tl.load(part_ml_ptr + ml_row * 2 + 1, mask=ml_mask, other=0.0)
+    ml_row, ml_mask, big, _, w, l = _split_weights(part_ml_ptr, t64, n_split, n_heads, h, hmask, BLOCK_S)
     parts = tl.load(part_o_ptr + ml_row[:, :, None] * D + d[None, None, :], mask=ml_mask[:, :, None], other=0.0)
-    big = tl.max(ms, axis=0)
-    big_use = tl.where(big == float("-inf"), 0.0, big)
-    w = tl.exp2(ms - big_use[None, :])  # [S, H]; 0 for masked splits and key-less heads
-    l = tl.sum(ls * w, axis=0)
     acc = tl.sum(parts * w[:, :, None], axis=0)
-    has = l > 0
-    den = l
-    if HAS_SINK:
-        sink = tl.load(sink_ptr + h, mask=hmask, other=0.0)
-        den = den + tl.exp2(sink * LOG2E - big_use)
-    den = tl.where(has, den, 1.0)
-    o = tl.where(has[:, None], acc / den[:, None], 0.0)
-    row = t64 * n_heads + h
-    tl.store(o_ptr + row[:, None] * D + d[None, :], o.to(tl.bfloat16), mask=hmask[:, None])
-    if pd == 0:
-        lse = tl.where(has, (big_use + tl.log2(tl.where(has, l, 1.0))) * LN2, float("-inf"))
-        tl.store(lse_ptr + row, lse, mask=hmask)
+    _finish(o_ptr, lse_ptr, sink_ptr, t64, h, d, hmask, n_heads, big, l, acc, hmask & (pd == 0), HAS_SINK)

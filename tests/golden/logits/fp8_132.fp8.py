@@ -51,6 +51,15 @@ def _fetch_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
+def _fetch_tile(bt_ptr, cache_ptr, seq, j0, jj, lo, hi, max_pages, more, page_bytes, PAGE: tl.constexpr,
+                BLOCK_N: tl.constexpr, TILE_LOOKUP: tl.constexpr):
+    # Keys j0 + jj: which are present (see _pages), and their records' raw bytes (see _fetch_k).
+    page, ok = _pages(bt_ptr, seq, j0, j0 + jj, lo, hi, max_pages, more, PAGE, BLOCK_N, TILE_LOOKUP)
+    kr, s32 = _fetch_k(cache_ptr, page, j0 + jj, ok, page_bytes, PAGE, BLOCK_N)
+    return ok, kr, s32
+
+
+@triton.jit
 def _decode_k(kr, s32, BLOCK_N: tl.constexpr):
     # A fetched tile's bytes -> the dot's K operands (KV).
     k0 = kr.to(tl.float8e4nv, bitcast=True)
@@ -118,8 +127,8 @@ def _program(
             # Loaded once per program, reused by every tile.
             q0, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
         if PREFETCH:
-            page, ok = _pages(bt_ptr, seq, base, base + jj, lo, hi, max_pages, base >= 0, PAGE, BLOCK_N, TILE_LOOKUP)
-            kr, s32 = _fetch_k(cache_ptr, page, base + jj, ok, page_bytes, PAGE, BLOCK_N)
+            ok, kr, s32 = _fetch_tile(bt_ptr, cache_ptr, seq, base, jj, lo, hi, max_pages, base >= 0, page_bytes,
+                                        PAGE, BLOCK_N, TILE_LOOKUP)
         for i in range(TILES):
             j0 = base + i * BLOCK_N
             j = j0 + jj
@@ -128,12 +137,11 @@ def _program(
                 # this tile's dots, so their latency hides behind them (nothing past the last tile).
                 tile_ok = ok
                 k0, s0 = _decode_k(kr, s32, BLOCK_N)
-                page, ok = _pages(bt_ptr, seq, j0 + BLOCK_N, j + BLOCK_N, lo, hi, max_pages, i + 1 < TILES, PAGE,
-                                  BLOCK_N, TILE_LOOKUP)
-                kr, s32 = _fetch_k(cache_ptr, page, j + BLOCK_N, ok, page_bytes, PAGE, BLOCK_N)
+                ok, kr, s32 = _fetch_tile(bt_ptr, cache_ptr, seq, j0 + BLOCK_N, jj, lo, hi, max_pages, i + 1 < TILES,
+                                            page_bytes, PAGE, BLOCK_N, TILE_LOOKUP)
             else:
-                page, tile_ok = _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, i < TILES, PAGE, BLOCK_N, TILE_LOOKUP)
-                kr, s32 = _fetch_k(cache_ptr, page, j, tile_ok, page_bytes, PAGE, BLOCK_N)
+                tile_ok, kr, s32 = _fetch_tile(bt_ptr, cache_ptr, seq, j0, jj, lo, hi, max_pages, i < TILES,
+                                                 page_bytes, PAGE, BLOCK_N, TILE_LOOKUP)
                 k0, s0 = _decode_k(kr, s32, BLOCK_N)
             if HEADS == HI:
                 acc = _heads(q0, w, k0, s0, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
