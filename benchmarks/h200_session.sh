@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One device call of the runbook in benchmarks/README.md, on a 2-GPU H200 host (nvidia-h200-x2),
-# each phase under 10 minutes: two independent jobs run side by side, one per GPU, so that a
-# session's 30 minutes of device time buy twice the GPU work. Results go under $OUT.
+# Device calls of the runbook in benchmarks/README.md, on one H200 (nvidia-h200), each under 10
+# minutes. Phases run in the order given and share the call's budget (BUDGET_S, default 540 s);
+# results go under $OUT.
 #
-#   bash benchmarks/h200_session.sh tables-a   # pack table (GPU 0) | logits table (GPU 1)
-#   bash benchmarks/h200_session.sh tables-b   # decode table on both GPUs
-#   bash benchmarks/h200_session.sh measure    # decode bench + breakdown | logits bench + GPU-only tests
+#   bash benchmarks/h200_session.sh tables           # pack, logits, decode tables (--resume)
+#   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
+#   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #
-# Tables carried in under benchmarks/tables/ are continued (--resume), not redone.
+# Tables carried in under benchmarks/tables/ are continued, not redone. record_table compiles each
+# kernel's entries ahead on the CPU while the kernel before is timed, into Triton's cache, which a
+# later call on the still-warm machine finds again.
 # Missing packages travel as wheels (`../shared/tools/gpu-wheels.sh`, carry `.whl`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,40 +26,36 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-case "${1:-}" in
-measure)
-  (
-    export CUDA_VISIBLE_DEVICES=0
-    timeout $(( $(left) - 170 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 230 )) --out "$OUT/results" >"$OUT/bench_decode.log" 2>&1
-    echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_breakdown.py --cfg "" --cfg "LISTS=separate" --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
-  ) &
-  (
-    export CUDA_VISIBLE_DEVICES=1
-    timeout 400 python3 benchmarks/bench_logits.py --budget-s 300 --out "$OUT/results" >"$OUT/bench_logits.log" 2>&1
+[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode ..." >&2; exit 2; }
+for phase in "$@"; do
+  echo "== $phase ($(left) s left)"
+  case "$phase" in
+  tables)
+    timeout -k 5 $(( $(left) - 8 )) python3 benchmarks/record_table.py --kernel pack --kernel logits --kernel decode \
+      --time-limit "${TABLES_S:-$(( $(left) - 15 ))}" --precompile-jobs 14 --out-dir "$OUT/tables" --resume \
+      >>"$OUT/tables.log" 2>&1
+    echo "record_table rc=$?" >>"$OUT/tables.log"
+    ;;
+  logits)
+    timeout $(( $(left) - 10 )) python3 benchmarks/bench_logits.py --budget-s $(( $(left) - 70 )) --out "$OUT/results" \
+      >"$OUT/bench_logits.log" 2>&1
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
-    # The tests that only run on a GPU (the whole suite compiles too much to fit here).
-    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider >"$OUT/pytest_gpu.log" 2>&1
+    ;;
+  decode)
+    timeout $(( $(left) - 10 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 90 )) --out "$OUT/results" \
+      >"$OUT/bench_decode.log" 2>&1
+    echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
+    ;;
+  gpu-tests)  # the tests that only run on a GPU (the whole suite compiles too much to fit here)
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider \
+      >"$OUT/pytest_gpu.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
-  ) &
-  wait
-  ;;
-tables-a)
-  CUDA_VISIBLE_DEVICES=0 python3 benchmarks/record_table.py --kernel pack --time-limit $(( $(left) - 15 )) \
-    --precompile-jobs 14 --out-dir "$OUT/tables" --resume >"$OUT/table_pack.log" 2>&1 &
-  CUDA_VISIBLE_DEVICES=1 python3 benchmarks/record_table.py --kernel logits --time-limit $(( $(left) - 15 )) \
-    --precompile-jobs 14 --out-dir "$OUT/tables" --resume >"$OUT/table_logits.log" 2>&1 &
-  wait
-  ;;
-tables-b)
-  python3 benchmarks/record_table.py --kernel decode --devices 0,1 --time-limit $(( $(left) - 15 )) \
-    --precompile-jobs 28 --out-dir "$OUT/tables" --resume >"$OUT/table_decode.log" 2>&1
-  ;;
-*)
-  echo "usage: $0 tables-a|tables-b|measure" >&2
-  exit 2
-  ;;
-esac
+    ;;
+  *)
+    echo "unknown phase $phase (tables|logits|decode|gpu-tests)" >&2
+    ;;
+  esac
+done
 echo "call took $(( $(date +%s) - t0 )) s"
 tail -n 3 "$OUT"/*.log
 # The device tool brings back at most 8 files: results and tables travel as one archive

@@ -24,12 +24,13 @@ import random
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.bench import BenchRunner, Candidate, load_table, new_table, save_table, table_put  # noqa: E402
-from tuner.core import Bucket, Config, TrialStatus  # noqa: E402
+from tuner.core import Bucket, Config, ProblemKey, TrialStatus  # noqa: E402
 from tuner.kernels import get_family  # noqa: E402
 from tuner.keys import make_key, parse_buckets  # noqa: E402
 
@@ -41,8 +42,9 @@ TABLE_DIR = Path(__file__).resolve().parent / "tables"
 TABLE_SPACES: dict[str, dict[str, tuple]] = {
     "pack": {},  # the whole space (about 100 configs)
     # fp32 dot operands are a precision option (2x the shared memory, never faster); deeper
-    # pipelines than one stage did not pay in the H200 sweep; AUTO and two fixed split counts.
-    "decode": {"DOT": ("bf16",), "num_stages": (1,), "NUM_SPLITS": (0, 4, 16), "PREFETCH": (0,)},
+    # pipelines than one stage and 4 warps did not pay in the H200 sweep; AUTO and two fixed
+    # split counts. 90 configs per bucket: one H200 records the 7 buckets in two device calls.
+    "decode": {"DOT": ("bf16",), "num_stages": (1,), "NUM_SPLITS": (0, 4, 16), "PREFETCH": (0,), "num_warps": (8,)},
     # The two paths that keep fp8/e2m1 operands (the dequantizing f16/bf16 paths were 2-3x slower
     # in the H200 sweep), the seed's 64 heads in one dot, and the tile shapes around the default.
     # PREFETCH (here and for decode) stays at its default: both would double the table; the
@@ -123,15 +125,47 @@ def main(argv: list[str] | None = None) -> int:
         if target == "interp" and not args.smoke:
             print("no GPU here: only --smoke runs on the interpreter (its timings are CPU timings)", file=sys.stderr)
             return 2
-        for kernel in args.kernel or ["pack", "decode", "logits"]:
+        plans = [plan(kernel, target, args, runners[0].info()) for kernel in args.kernel or ["pack", "decode", "logits"]]
+        compiled = _precompile_ahead(plans, target, args.precompile_jobs, end)
+        for p in plans:
+            # Timing waits for this kernel's compiles (the child would otherwise compile the same
+            # binaries one by one beside the pool); later kernels keep compiling meanwhile.
+            compiled[p.kernel].wait(timeout=max(0.0, end - time.monotonic()))
             if time.monotonic() >= end:
-                print(f"{kernel}: skipped, time limit reached")
+                print(f"{p.kernel}: skipped, time limit reached")
                 continue
-            record(kernel, runners, target, args, end)
+            measure(p, runners, args, end)
     finally:
         for r in runners:
             r.close()
+        _stop_precompile()
     return 0
+
+
+def _stop_precompile() -> None:
+    """End compile workers still running past the time limit (a pool's exit would otherwise wait
+    for their shares, past the device call's end)."""
+    import multiprocessing as mp
+
+    for child in mp.active_children():
+        child.kill()
+
+
+def _precompile_ahead(plans: list[Plan], target: str, jobs: int, end: float) -> dict[str, threading.Event]:
+    """Compile every kernel's entries in a background thread, kernel after kernel, so the next
+    kernel compiles on the CPU while this one is timed on the GPU (the pool's one-off launches
+    are a few microseconds each against the timing child's graph replays, whose median they
+    do not move). Returns an event per kernel, set once its entries are compiled (or skipped)."""
+    events = {p.kernel: threading.Event() for p in plans}
+
+    def run() -> None:
+        for p in plans:
+            if target != "interp" and time.monotonic() < end:
+                precompile(p.kernel, p.key, p.items, jobs)
+            events[p.kernel].set()
+
+    threading.Thread(target=run, daemon=True, name="precompile").start()
+    return events
 
 
 def _precompile_share(kernel: str, key_json: dict, share: list[tuple[dict, dict]], device: str = "cuda") -> int:
@@ -197,7 +231,18 @@ def precompile(kernel: str, key, items: list[tuple[Bucket, Config]], jobs: int, 
     print(f"  precompiled {done}/{len(items)} entries in {jobs} processes, {time.monotonic() - t0:.0f} s", flush=True)
 
 
-def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.Namespace, end: float) -> None:
+@dataclass
+class Plan:
+    """One kernel's table to record: the table (loaded for --resume, else new), where it goes, and
+    the (bucket, config) entries still to measure."""
+    kernel: str
+    key: ProblemKey
+    out: Path
+    table: dict
+    items: list[tuple[Bucket, Config]]
+
+
+def plan(kernel: str, target: str, args: argparse.Namespace, info: dict[str, str]) -> Plan:
     fam = get_family(kernel)
     key = make_key(kernel, target, args.heads, args.topk, args.window)
     buckets = parse_buckets(args.buckets, fam.buckets(key)) if args.buckets else fam.buckets(key)
@@ -213,11 +258,15 @@ def record(kernel: str, runners: list[BenchRunner], target: str, args: argparse.
     if table is not None and table["meta"]["space"] != space.to_json():
         raise SystemExit(f"{out} was recorded over another space; move it away or drop --resume")
     if table is None:
-        table = new_table(key, kernel, target, runners[0].info(), space=space.to_json())
+        table = new_table(key, kernel, target, info, space=space.to_json())
     items = _work(kernel, key, space, buckets, table, args.smoke, args.max_configs, target)
-    print(f"{key.slug()}: {len(items)} entries to measure on {len(runners)} device(s) -> {out}", flush=True)
-    if target != "interp":
-        precompile(kernel, key, items, args.precompile_jobs)
+    print(f"{key.slug()}: {len(items)} entries to measure -> {out}", flush=True)
+    return Plan(kernel, key, out, table, items)
+
+
+def measure(p: Plan, runners: list[BenchRunner], args: argparse.Namespace, end: float) -> None:
+    kernel, key, table, items, out = p.kernel, p.key, p.table, p.items, p.out
+    print(f"{key.slug()}: timing {len(items)} entries on {len(runners)} device(s)", flush=True)
     todo: queue.Queue[tuple[Bucket, Config]] = queue.Queue()
     for it in items:
         todo.put(it)
