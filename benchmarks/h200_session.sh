@@ -6,6 +6,7 @@
 #   bash benchmarks/h200_session.sh tables           # pack, logits, decode tables (--resume)
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
+#   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #
 # Tables carried in under benchmarks/tables/ are continued, not redone. record_table compiles each
 # kernel's entries ahead on the CPU while the kernel before is timed, into Triton's cache, which a
@@ -42,7 +43,8 @@ for phase in "$@"; do
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
     ;;
   decode)
-    timeout $(( $(left) - 10 )) python3 benchmarks/bench_decode.py --budget-s $(( $(left) - 90 )) --out "$OUT/results" \
+    d_s=${DECODE_S:-$(( $(left) - 10 ))}
+    timeout $d_s python3 benchmarks/bench_decode.py --budget-s $(( d_s - 80 )) --out "$OUT/results" \
       >"$OUT/bench_decode.log" 2>&1
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
     ;;
