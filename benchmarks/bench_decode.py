@@ -126,6 +126,9 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
                              ("both", "fused", 0), ("both", "fused", 1), ("separate", "fused", 0),
                              ("separate", "fused", 1), ("apart", "kernel", 0), ("apart", "fused", 0)):
         out.append(d.replace(LISTS=lists, COMBINE=comb, PREFETCH=pre))
+    # The measured winners so far (H200, 2026-11-29: prefetch at T >= 8, apart at T <= 4, 64-key
+    # blocks at T >= 16) combined; static sm_90: 64 keys + prefetch spill 108 B, 160 KB shared.
+    out += [d.replace(BLOCK_N=64, PREFETCH=1), d.replace(LISTS="apart", PREFETCH=1)]
     out += [d.replace(NUM_SPLITS=sp) for sp in (auto // 2, auto * 2) if 1 <= sp <= MAX_SPLITS]
     out += [d.replace(BLOCK_N=bn, MMA=mma, num_warps=nw, num_stages=ns) for bn, mma, nw, ns in structs]
     return list(dict.fromkeys(out))

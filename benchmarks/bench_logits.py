@@ -57,6 +57,8 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool) -> list[Con
         keys_m.replace(PREFETCH=1, TILES=8),
         keys_m.replace(PREFETCH=1, dot="scaled"),
         heads_m.replace(dot="scaled", BLOCK_N=128, PREFETCH=1),
+        # More tiles per program now that their pages come in one block-table read.
+        keys_m.replace(TILES=8), keys_m.replace(TILES=16), heads_m.replace(dot="scaled", BLOCK_N=128, TILES=8),
     ]
     if prefill:
         picks = [heads_m.replace(QT=2), keys_m.replace(QT=2), keys_m.replace(QT=2, BLOCK_N=128, num_warps=8),

@@ -7,6 +7,7 @@
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
+#   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
 # Tables carried in under benchmarks/tables/ are continued, not redone. record_table compiles each
 # kernel's entries ahead on the CPU while the kernel before is timed, into Triton's cache, which a
@@ -38,7 +39,8 @@ for phase in "$@"; do
     echo "record_table rc=$?" >>"$OUT/tables.log"
     ;;
   logits)
-    timeout $(( $(left) - 10 )) python3 benchmarks/bench_logits.py --budget-s $(( $(left) - 70 )) --out "$OUT/results" \
+    l_s=${LOGITS_S:-$(( $(left) - 10 ))}
+    timeout $l_s python3 benchmarks/bench_logits.py --budget-s $(( l_s - 60 )) --out "$OUT/results" \
       >"$OUT/bench_logits.log" 2>&1
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
     ;;

@@ -60,6 +60,7 @@ def _request(case: XCompileCase, target: str) -> dict[str, Any]:
         "constexprs": case.constexprs,
         "num_warps": case.num_warps,
         "num_stages": case.num_stages,
+        "aligned_ints": list(case.aligned_ints),
         "target": target,
     }
 
@@ -298,8 +299,11 @@ def compile_request(req: dict[str, Any]) -> Any:
     fn = getattr(mod, req["kernel_name"])
     # Pointers as real launches see them: torch allocations are 16-byte aligned, and without the
     # hint the compiler falls back to scalar loads and the stats describe a kernel no one runs.
+    # Integers the seed launch passes as multiples of 16 likewise (Triton specialises them).
     names = list(fn.arg_names)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items() if ty.startswith("*")}
+    aligned = set(req.get("aligned_ints", ()))
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items()
+             if ty.startswith("*") or a in aligned}
     src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"], attrs=attrs)
     return triton.compile(src, target=target.gpu_target(),
                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})

@@ -578,6 +578,10 @@ class _DecodeFamily:
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
             detail=detail,
+            # Multiples of 16 at the seed shape (16 heads, top-k 512, window 128, 64-record pages,
+            # contiguous q and index lists); the chunks depend on the split count.
+            aligned_ints=("n_heads", "topk", "window", "comp_page_size", "comp_page_bytes", "win_page_size",
+                          "win_page_bytes", "stride_qt", "stride_qh", "stride_kt", "stride_wt"),
         )
 
 

@@ -26,20 +26,32 @@ def _ue8m0_value(e):
 
 
 @triton.jit
-def _pages(bt_ptr, seq, j0, j, lo, hi, max_pages, more, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-           TILE_LOOKUP: tl.constexpr):
-    # Physical page of each key of the tile (int64, 0 where absent) and whether the key is present:
+def _tile_pages(bt_ptr, seq, base, max_pages, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr,
+                TILE_LOOKUP: tl.constexpr):
+    # TILE_LOOKUP: the page of each of the program's tiles, in ONE block-table read before the tile
+    # loop (-1 past the table), so that a tile's record loads wait on no load made in the loop: the
+    # per-tile chain block table -> records -> dots loses a memory latency. Otherwise unused.
+    if TILE_LOOKUP:
+        tp = (base + tl.arange(0, TILES) * BLOCK_N) // PAGE
+        return tl.load(bt_ptr + seq.to(tl.int64) * max_pages + tp, mask=tp < max_pages, other=-1)
+    else:
+        return tl.zeros([TILES], dtype=tl.int32)
+
+
+@triton.jit
+def _pages(bt_ptr, seq, tile_pages, i, j, lo, hi, max_pages, more, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+           TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr):
+    # Physical page of each key of tile i (int64, 0 where absent) and whether the key is present:
     # inside [lo, hi) and on a page the block table maps (-1 = no page). `more` false: no tile
     # (PREFETCH past the program's last one), nothing is read.
     pidx = j // PAGE
     need = (j >= lo) & (j < hi) & (pidx < max_pages) & more
-    row = bt_ptr + seq.to(tl.int64) * max_pages
     if TILE_LOOKUP:
-        # The whole tile lies inside page j0 // PAGE: one block-table read for BLOCK_N keys.
-        p = tl.load(row + j0 // PAGE, mask=((j0 // PAGE) < max_pages) & more, other=-1)
+        # The whole tile lies inside one page, read by _tile_pages; picked out of the registers.
+        p = tl.sum(tl.where(tl.arange(0, TILES) == i, tile_pages, 0), axis=0)
         page = tl.zeros([BLOCK_N], dtype=tl.int32) + p
     else:
-        page = tl.load(row + pidx, mask=need, other=-1)
+        page = tl.load(bt_ptr + seq.to(tl.int64) * max_pages + pidx, mask=need, other=-1)
     ok = need & (page >= 0)
     return tl.where(ok, page, 0).to(tl.int64), ok
 
@@ -67,10 +79,11 @@ def _fetch_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def _fetch_tile(bt_ptr, cache_ptr, seq, j0, jj, lo, hi, max_pages, more, page_bytes, PAGE: tl.constexpr,
-                BLOCK_N: tl.constexpr, TILE_LOOKUP: tl.constexpr):
-    # Keys j0 + jj: which are present (see _pages), and their records' raw bytes (see _fetch_k).
-    page, ok = _pages(bt_ptr, seq, j0, j0 + jj, lo, hi, max_pages, more, PAGE, BLOCK_N, TILE_LOOKUP)
+def _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i, j0, jj, lo, hi, max_pages, more, page_bytes,
+                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr):
+    # Keys j0 + jj of tile i: which are present (see _pages), and their records' raw bytes (see _fetch_k).
+    page, ok = _pages(bt_ptr, seq, tile_pages, i, j0 + jj, lo, hi, max_pages, more, PAGE, BLOCK_N, TILES,
+                      TILE_LOOKUP)
     b0, b1, b2, b3, sw = _fetch_k(cache_ptr, page, j0 + jj, ok, page_bytes, PAGE, BLOCK_N)
     return ok, b0, b1, b2, b3, sw
 
@@ -173,9 +186,10 @@ def _program(
         if HEADS == HI:
             # Loaded once per program, reused by every tile.
             q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
+        tile_pages = _tile_pages(bt_ptr, seq, base, max_pages, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         if PREFETCH:
-            ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, base, jj, lo, hi, max_pages, base >= 0, page_bytes,
-                                        PAGE, BLOCK_N, TILE_LOOKUP)
+            ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
+                                        page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         for i in range(TILES):
             j0 = base + i * BLOCK_N
             j = j0 + jj
@@ -184,11 +198,11 @@ def _program(
                 # this tile's dots, so their latency hides behind them (nothing past the last tile).
                 tile_ok = ok
                 k0, k1, k2, k3, s0, s1, s2, s3 = _decode_k(b0, b1, b2, b3, sw, BLOCK_N)
-                ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, j0 + BLOCK_N, jj, lo, hi, max_pages, i + 1 < TILES,
-                                            page_bytes, PAGE, BLOCK_N, TILE_LOOKUP)
+                ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i + 1, j0 + BLOCK_N, jj, lo, hi,
+                                            max_pages, i + 1 < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
             else:
-                tile_ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, j0, jj, lo, hi, max_pages, i < TILES,
-                                                 page_bytes, PAGE, BLOCK_N, TILE_LOOKUP)
+                tile_ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i, j0, jj, lo, hi, max_pages,
+                                                 i < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
                 k0, k1, k2, k3, s0, s1, s2, s3 = _decode_k(b0, b1, b2, b3, sw, BLOCK_N)
             if HEADS == HI:
                 acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
