@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|gpu-tests ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
   case "$phase" in
@@ -50,13 +50,18 @@ for phase in "$@"; do
       >"$OUT/bench_decode.log" 2>&1
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
     ;;
+  tune)  # issue 5's run: kvtune tune for decode at the seed shape over T = 1..64, within its budget
+    timeout $(( $(left) - 5 )) python3 -m tuner.cli tune --kernel decode --arch auto --heads 16 --topk 512 --window 128 \
+      --trials 8 --time-budget $(( $(left) - 60 )) --out "$OUT/results/tune_decode_h200.json" >"$OUT/tune_decode.log" 2>&1
+    echo "tune rc=$?" >>"$OUT/tune_decode.log"
+    ;;
   gpu-tests)  # the tests that only run on a GPU (the whole suite compiles too much to fit here)
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider \
       >"$OUT/pytest_gpu.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
     ;;
   *)
-    echo "unknown phase $phase (tables|logits|decode|gpu-tests)" >&2
+    echo "unknown phase $phase (tables|logits|decode|tune|gpu-tests)" >&2
     ;;
   esac
 done
