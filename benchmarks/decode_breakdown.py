@@ -26,8 +26,11 @@ import tuner.kernels.decode as D  # noqa: E402
 from tuner import render as R  # noqa: E402
 
 PAIR = ("nvfp4_288", "fp8_528")
+# The reads of both record readers, on the plain path and on PREFETCH's (whose fetches, left
+# unused, the compiler then drops).
 GATHER = ("kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)",
-          "kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)")
+          "kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)",
+          "kv = _comp_keys_decode(b, sb, BLOCK_N, DOT_FP32)", "kv = _win_keys_decode(b, sb, BLOCK_N, DOT_FP32)")
 ATTEND = "m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)"
 FAKE_KV = "kv = (tl.zeros([BLOCK_N, D], tl.float32) + slot[:, None].to(tl.float32)).to(q.dtype)"
 CHEAP = "acc += tl.sum(kv.to(tl.float32), axis=0)[None, :]"

@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|gpu-tests ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|breakdown|gpu-tests ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
   case "$phase" in
@@ -55,13 +55,21 @@ for phase in "$@"; do
       --trials 8 --time-budget $(( $(left) - 60 )) --out "$OUT/results/tune_decode_h200.json" >"$OUT/tune_decode.log" 2>&1
     echo "tune rc=$?" >>"$OUT/tune_decode.log"
     ;;
+  breakdown)  # leave-one-stage-out timings of the measured best configs
+    timeout 200 python3 benchmarks/decode_breakdown.py --cfg "BLOCK_N=64,PREFETCH=1" --cfg "LISTS=apart,PREFETCH=1" \
+      --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
+    echo "decode_breakdown rc=$?" >>"$OUT/decode_breakdown.log"
+    timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --cfg "" --cfg "TILES=16" \
+      --cfg "MMA=heads_m,dot=scaled,BLOCK_N=128,TILES=8" --out "$OUT/results" >"$OUT/logits_breakdown.log" 2>&1
+    echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
+    ;;
   gpu-tests)  # the tests that only run on a GPU (the whole suite compiles too much to fit here)
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider \
       >"$OUT/pytest_gpu.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
     ;;
   *)
-    echo "unknown phase $phase (tables|logits|decode|tune|gpu-tests)" >&2
+    echo "unknown phase $phase (tables|logits|decode|tune|breakdown|gpu-tests)" >&2
     ;;
   esac
 done

@@ -1,0 +1,115 @@
+"""Where the logits kernel's time goes: leave-one-stage-out variants of the generated module, timed
+like the benchmark (CUDA graph replay, median) at the issue's decode shape, B = 64 x 64K, page 64.
+
+  full        the config as it ships
+  no_dot      records loaded and decoded to the dot's operands, the dot, relu and head sum replaced by
+              a sum over each key's operands: the cost of the reads and the decode
+  loads_only  records loaded, nothing decoded: their raw bytes summed per key (what the memory
+              system and the address chain alone cost)
+
+The output of the variants is garbage by construction; only their time means something.
+
+    python benchmarks/logits_breakdown.py --out benchmarks/results
+    python benchmarks/logits_breakdown.py --fmt fp8_132 --cfg "" --cfg "TILES=16"
+    TRITON_INTERPRET=1 python benchmarks/logits_breakdown.py --smoke   # plumbing check on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tuner.kernels.logits as L  # noqa: E402
+from tuner import render as R  # noqa: E402
+from tuner.core import Bucket  # noqa: E402
+
+VARIANTS = ("full", "no_dot", "loads_only")
+HEADS_CALL = re.compile(r"^(\s*)acc = _heads\(.*\)$", re.M)
+DECODE_CALL = re.compile(r"^(\s*)(\S.*?) = _decode_k\((.+?), BLOCK_N\)$", re.M)
+
+
+def _per_key_sum(names: list[str], is_2d) -> str:  # noqa: ANN001
+    """An fp32 [BLOCK_N] expression that uses every named tensor (so none of their loads is dropped)."""
+    return " + ".join(f"tl.sum({n}.to(tl.float32), axis=1)" if is_2d(n) else f"{n}.to(tl.float32)" for n in names)
+
+
+def variant(src: str, name: str) -> str:
+    """The generated module with one stage left out (see the module docstring)."""
+    if name == "full":
+        return src
+    decodes = DECODE_CALL.findall(src)
+    heads = HEADS_CALL.findall(src)
+    assert decodes and len(heads) == 1, "the template's tile loop changed: update logits_breakdown.py"
+    kv = [n.strip() for n in decodes[0][1].split(",")]
+    raw = [n.strip() for n in decodes[0][2].split(",")]
+    zeros = "tl.zeros([R, BLOCK_N], dtype=tl.float32)"
+    if name == "no_dot":
+        # Operands: k* are [BLOCK_N, dims] tiles (ksc [BLOCK_N, 4] scales), s* per-key scales.
+        body = _per_key_sum(kv, lambda n: n.startswith("k"))
+        return HEADS_CALL.sub(lambda m: f"{m.group(1)}acc = {zeros} + ({body})[None, :]", src)
+    # loads_only: raw tiles are b*, kb, kr; sw and s32 are per-key scale words.
+    body = _per_key_sum(raw, lambda n: n.startswith("b") or n in ("kb", "kr"))
+    src = DECODE_CALL.sub(lambda m: f"{m.group(1)}pass", src)
+    return HEADS_CALL.sub(lambda m: f"{m.group(1)}acc = {zeros} + ({body})[None, :]", src)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--fmt", action="append", default=None, help="mxfp4_68 and/or fp8_132 (default: both)")
+    ap.add_argument("--cfg", action="append", default=None, help="NAME=v,... over the default (repeatable)")
+    ap.add_argument("--smoke", action="store_true", help="tiny shape, no timing: checks the variants build and run")
+    args = ap.parse_args()
+    import triton
+
+    from benchmarks.common import parse_cfg, provenance
+
+    dev = "cpu" if args.smoke else "cuda"
+    bucket = Bucket("B", 1, 2, 256) if args.smoke else Bucket("B", 1, 64, 65536)
+    rows = []
+    real_render = L.render_variant
+    for fmt in args.fmt or list(L.LOGITS_FORMATS):
+        key = L.logits_key(fmt, "fp8")
+        inp = L.make_inputs(key, bucket, dev, seed=1)
+        for text in args.cfg or [""]:
+            cfg = parse_cfg(text, L.default_config(fmt, "fp8"))
+            for name in VARIANTS:
+                src = variant(real_render(fmt, cfg["dot"], cfg["backend"]).source, name)
+                L.render_variant = lambda *a, _s=src: R.Rendered("logits.py.j2", _s)  # the launcher's module
+                try:
+                    if args.smoke:
+                        L.run_inputs(key, cfg, inp)
+                        us = float("nan")
+                    else:
+                        us = triton.testing.do_bench_cudagraph(lambda: L.run_inputs(key, cfg, inp), rep=100,
+                                                               return_mode="median") * 1e3
+                finally:
+                    L.render_variant = real_render
+                moved = L.logits_bytes(key, bucket)
+                rows.append({"fmt": fmt, "config": text or "default", "variant": name, "us": us,
+                             "TBps": moved / (us * 1e-6) / 1e12 if us == us else None})
+                print(f"{fmt:9s} {text or 'default':18s} {name:10s} {us:8.1f} us", flush=True)
+        del inp
+    if args.smoke:
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    (out / "logits_breakdown.json").write_text(json.dumps({"provenance": prov, "shape": bucket.to_json(), "rows": rows},
+                                                          indent=1))
+    md = [f"# logits kernel: leave-one-stage-out\n\n{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, "
+          f"{prov['date']}. B=64 x 64K context, 64 heads x 128, page 64, fp8 query; CUDA graph median; TB/s = "
+          "the bytes the full kernel must move over the variant's time.\n",
+          "| format | config | variant | us | TB/s |", "|---|---|---|---|---|"]
+    md += [f"| {r['fmt']} | {r['config']} | {r['variant']} | {r['us']:.1f} | {r['TBps']:.2f} |" for r in rows]
+    (out / "logits_breakdown.md").write_text("\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
