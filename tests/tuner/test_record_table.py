@@ -1,4 +1,5 @@
-"""benchmarks/record_table.py's CPU-side planning: how entries are shared out for precompiling."""
+"""The device scripts' CPU-side parts: how record_table shares out and schedules compiling, and how
+logits_breakdown edits the generated module."""
 
 from __future__ import annotations
 
@@ -24,3 +25,58 @@ def test_precompile_keeps_every_bucket_of_a_config_in_one_process() -> None:
     assert len(owners) == len(configs) and all(len(o) == 1 for o in owners.values())
     sizes = sorted(len(s) for s in shares)
     assert sizes[-1] - sizes[0] <= len(buckets) + 1
+
+
+def test_precompile_runs_ahead_kernel_by_kernel_and_always_releases_the_timing(monkeypatch) -> None:  # noqa: ANN001
+    # Kernel k's timing waits on its event; the compile thread works through the plans in order
+    # and sets every event, also when the time limit has passed (nothing compiled then), so no
+    # timing waits for a compile that will never come.
+    import time
+    from pathlib import Path
+
+    import benchmarks.record_table as rt
+
+    calls: list[str] = []
+    monkeypatch.setattr(rt, "precompile", lambda kernel, key, items, jobs: calls.append(kernel))
+    plans = [rt.Plan(k, None, Path(f"/nonexistent/{k}.json"), {}, []) for k in ("pack", "logits", "decode")]
+    events = rt._precompile_ahead(plans, "sm_90", 4, end=time.monotonic() + 60)
+    assert all(events[k].wait(10) for k in ("pack", "logits", "decode"))
+    assert calls == ["pack", "logits", "decode"]
+    calls.clear()
+    events = rt._precompile_ahead(plans, "sm_90", 4, end=time.monotonic() - 1)
+    assert all(events[k].wait(10) for k in ("pack", "logits", "decode")) and calls == []
+    events = rt._precompile_ahead(plans, "interp", 4, end=time.monotonic() + 60)
+    assert all(events[k].wait(10) for k in ("pack", "logits", "decode")) and calls == []
+
+
+def test_logits_breakdown_variants_leave_out_exactly_their_stage() -> None:
+    # The breakdown edits the generated module by its text: a template change that moves the tile
+    # loop's calls must fail here, not produce a silently wrong measurement on the device.
+    import ast
+
+    from benchmarks.logits_breakdown import DECODE_CALL, HEADS_CALL, variant
+    from tuner.kernels.logits import LOGITS_FORMATS, render_variant, space
+
+    for fmt in LOGITS_FORMATS:
+        for dot in next(p.choices for p in space(fmt, "fp8").params if p.name == "dot"):
+            src = render_variant(fmt, dot, "soft").source
+            assert variant(src, "full") == src
+            no_dot, loads = variant(src, "no_dot"), variant(src, "loads_only")
+            for s in (no_dot, loads):
+                ast.parse(s)
+                assert not HEADS_CALL.search(s) and "acc = tl.zeros([R, BLOCK_N], dtype=tl.float32) + (" in s
+            assert len(DECODE_CALL.findall(no_dot)) == len(DECODE_CALL.findall(src)) == 2  # plain and PREFETCH paths
+            assert not DECODE_CALL.search(loads)
+            # Every K operand (no_dot) or raw tile (loads_only) feeds the sum, so none is dropped.
+            kv, raw = DECODE_CALL.findall(src)[0][1:]
+            assert all(n.strip() in _summed(no_dot) for n in kv.split(","))
+            assert all(n.strip() in _summed(loads) for n in raw.split(","))
+
+
+def _summed(src: str) -> str:
+    """The per-key sum that stands in for the left-out stage."""
+    import re
+
+    m = re.search(r"acc = tl\.zeros\(\[R, BLOCK_N\], dtype=tl\.float32\) \+ \((.*)\)\[None, :\]", src)
+    assert m, "no stand-in sum"
+    return m.group(1)

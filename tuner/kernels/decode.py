@@ -99,7 +99,11 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             # does not pipeline loads whose addresses come from other loads).
             Param("PREFETCH", (0, 1), 0),
             # Defaults: BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits was the fastest
-            # correct config at every T of the H200 sweep (benchmarks/results/decode.md).
+            # correct config at every T of the first H200 sweep. Since then (H200, 2026-11-29,
+            # benchmarks/results/decode.md) PREFETCH=1 beats it at every T, with LISTS=apart at
+            # T <= 4 and 64-key blocks at T >= 16 (T=64: 49 vs 77 us). Tuned configs carry those;
+            # the default stays, as the recorded decode table (tables/decode.json) was measured
+            # with PREFETCH=0 and a table's space must keep its default.
             Param("num_warps", (4, 8), 8),
             Param("num_stages", (1, 2, 3), 1),
         ),
