@@ -13,7 +13,7 @@ import pytest
 
 from tests.tuner.fault_family import KEY, NAME
 from tuner.bench import BenchRunner, Candidate, Measurement, SimulatedRunner, synthetic_table
-from tuner.core import Bucket, Config, TrialStatus
+from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
 from tuner.kernels.pack import PACK_BUCKETS, pack_key
 from tuner.results import BucketResult, TrialRecord, TuneResult, format_tune_table
@@ -266,3 +266,30 @@ def test_search_efficiency_report_on_a_recorded_sub_grid(table: dict, tmp_path: 
     assert {r["search"] for r in raw} == {"tpe", "random", "grid"}
     assert all(r["grid"] == n and r["trials"] is not None and 1 <= r["trials"] <= n for r in raw)
     assert "| pack (SYNTHETIC) | tpe |" in (tmp_path / "eff.md").read_text()  # the table says what it is
+
+
+@pytest.mark.parametrize("kernel", ["pack", "decode", "logits"])
+def test_recorded_h200_tables_replay_on_the_cpu(kernel: str) -> None:
+    # The tables recorded on the H200 (benchmarks/tables/) drive the search as the GPU did: on the
+    # table's own grid, the exhaustive search of a bucket ends at the grid's size with the recorded
+    # best as the winner, and TPE's winner within the same budget is a recorded, verified entry.
+    from tuner.bench import load_table, table_space
+
+    table = load_table(Path(__file__).resolve().parents[2] / "benchmarks" / "tables" / f"{kernel}.json")
+    assert table["meta"]["complete"] and not table["meta"]["synthetic"] and table["meta"]["device_name"] == "NVIDIA H200"
+    key = ProblemKey.from_json(table["meta"]["key"])
+    space = table_space(table)
+    first, last = list(table["buckets"])[0], list(table["buckets"])[-1]
+    for name in (first, last):
+        b = Bucket.from_json(table["buckets"][name]["bucket"])
+        n = len(table["buckets"][name]["entries"])
+        best_us, best_cfg = _best_in_table(table, b)
+        res = tune(key, buckets=[b], trials=10_000, search="grid", runner=SimulatedRunner(table), space=space,
+                   family=kernel)
+        got = res.buckets[0]
+        assert len(got.trials) == n and got.best.time_us == best_us and got.best.config.to_json() == best_cfg
+        assert got.default.config == space.default()  # trial 0 is the default, as on the GPU
+        res = tune(key, buckets=[b], trials=n // 4, search="tpe", seed=1, runner=SimulatedRunner(table), space=space,
+                   family=kernel)
+        won = res.buckets[0].best
+        assert won.ok and table["buckets"][name]["entries"][won.config.to_json()]["time_us"] == won.time_us
