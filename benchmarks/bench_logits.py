@@ -44,6 +44,8 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool) -> list[Con
     # never helped. Every pick names its MMA orientation.
     heads_m, keys_m = d.replace(MMA="heads_m"), d.replace(MMA="keys_m")
     picks = [
+        # e2m1 -> e4m3 by byte-permute lookups (mxfp4_68 only; dropped elsewhere as infeasible).
+        keys_m.replace(dot="fp8lut"), keys_m.replace(dot="fp8lut", TILES=16),
         heads_m,
         heads_m.replace(BLOCK_N=128, PAGE_LOOKUP="key"),
         heads_m.replace(dot="scaled", BLOCK_N=128),
@@ -61,7 +63,7 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool) -> list[Con
         keys_m.replace(TILES=8), keys_m.replace(TILES=16), heads_m.replace(dot="scaled", BLOCK_N=128, TILES=8),
     ]
     if prefill:
-        picks = [heads_m.replace(QT=2), keys_m.replace(QT=2), keys_m.replace(QT=2, BLOCK_N=128, num_warps=8),
+        picks = [keys_m.replace(QT=2, dot="fp8lut"), heads_m.replace(QT=2), keys_m.replace(QT=2), keys_m.replace(QT=2, BLOCK_N=128, num_warps=8),
                  keys_m.replace(QT=4, num_warps=8), keys_m.replace(QT=2, dot="scaled"),
                  keys_m.replace(QT=2, PREFETCH=1), keys_m.replace(QT=2, TILES=8, PREFETCH=1)]
     if smoke:
@@ -202,7 +204,11 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, 1-2 configs (runs under TRITON_INTERPRET=1)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="past this, time only the default configs")
+    ap.add_argument("--formats", default=",".join(LOGITS_FORMATS), help="cache formats, comma-separated")
     args = ap.parse_args()
+    formats = [f for f in args.formats.split(",") if f]
+    if not formats or set(formats) - set(LOGITS_FORMATS):
+        ap.error(f"--formats: choose among {list(LOGITS_FORMATS)}")
     target = detect().name
     device = "cuda" if torch.cuda.is_available() and target != "interp" else "cpu"
     t_start = time.time()
@@ -217,11 +223,11 @@ def main() -> int:
         # at a time, compiling took most of a 300 s budget on the H200 host.
         from benchmarks.record_table import precompile
 
-        for fmt in LOGITS_FORMATS:
+        for fmt in formats:
             shapes_b = [Bucket("B", 1, b, ctx_d) for b in decode_bs] + [Bucket("T", 1, t_pre, ctx_p)]
             items = [(b, c) for b in shapes_b for c in sweep_configs(fmt, b.dim == "T", target, args.smoke)]
             precompile("logits", logits_key(fmt, "fp8"), items, jobs=max(2, min(16, (os.cpu_count() or 4) - 2)))
-    checks = {fmt: check_variants(fmt, target, device, args.smoke) for fmt in LOGITS_FORMATS}
+    checks = {fmt: check_variants(fmt, target, device, args.smoke) for fmt in formats}
     shapes: list[dict] = []
     deadline = t_start + args.budget_s
 
@@ -232,7 +238,7 @@ def main() -> int:
         write_results(args.out, "logits_smoke" if args.smoke else "logits", payload, md)
         return md
 
-    for fmt in LOGITS_FORMATS:
+    for fmt in formats:
         key = logits_key(fmt, "fp8")
         # One pool of 64 (smoke: 4) sequences serves every decode B; small B rotates over disjoint groups.
         pool = 4 if args.smoke else 64

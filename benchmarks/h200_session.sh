@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|breakdown|gpu-tests ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
   case "$phase" in
@@ -40,7 +40,8 @@ for phase in "$@"; do
     ;;
   logits)
     l_s=${LOGITS_S:-$(( $(left) - 10 ))}
-    timeout $l_s python3 benchmarks/bench_logits.py --budget-s $(( l_s - 60 )) --out "$OUT/results" \
+    timeout $l_s python3 benchmarks/bench_logits.py --budget-s $(( l_s - 60 )) --formats "${LOGITS_FORMATS:-mxfp4_68,fp8_132}" \
+      --out "$OUT/results" \
       >"$OUT/bench_logits.log" 2>&1
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
     ;;
@@ -54,6 +55,11 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m tuner.cli tune --kernel decode --arch auto --heads 16 --topk 512 --window 128 \
       --trials 8 --time-budget $(( $(left) - 60 )) --out "$OUT/results/tune_decode_h200.json" >"$OUT/tune_decode.log" 2>&1
     echo "tune rc=$?" >>"$OUT/tune_decode.log"
+    ;;
+  logits-breakdown)  # the mxfp4_68 dot paths, stage by stage
+    timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --fmt mxfp4_68 --cfg "" --cfg "dot=fp8lut" \
+      --cfg "dot=fp8lut,TILES=16" --out "$OUT/results" >"$OUT/logits_breakdown.log" 2>&1
+    echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
     ;;
   breakdown)  # leave-one-stage-out timings of the measured best configs
     timeout 200 python3 benchmarks/decode_breakdown.py --cfg "BLOCK_N=64,PREFETCH=1" --cfg "LISTS=apart,PREFETCH=1" \
@@ -69,7 +75,7 @@ for phase in "$@"; do
     echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
     ;;
   *)
-    echo "unknown phase $phase (tables|logits|decode|tune|breakdown|gpu-tests)" >&2
+    echo "unknown phase $phase (tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests)" >&2
     ;;
   esac
 done

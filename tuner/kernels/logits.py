@@ -4,8 +4,8 @@ fp8_132 K cache (FORMATS.md "logits").
 A program takes QT query tokens (of one sequence) against TILES tiles of BLOCK_N consecutive keys:
 it loads the query once, gathers each tile's records through the block table, turns them into dot
 operands (the `dot` variant axis: e4m3 codes for an fp8 tensor-core dot with per-32-dim scales applied
-to the partial products, bf16 values for a bf16 dot, or the raw nibbles and scales for
-`tl.dot_scaled`), applies relu, weights by w and reduces over heads. Every output element is written.
+to the partial products, built with integer ops (fp8) or byte-permute table lookups (fp8lut, NVIDIA),
+bf16 values for a bf16 dot, or the raw nibbles and scales for `tl.dot_scaled`), applies relu, weights by w and reduces over heads. Every output element is written.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from tuner.targets import detect
 TEMPLATE = "logits.py.j2"
 LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
 Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-DOTS: tuple[str, ...] = ("fp8", "f16", "bf16", "scaled")
+# fp8lut: fp8 operands like fp8, the e2m1 elements turned into e4m3 codes by byte-permute table
+# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only.
+DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16", "bf16", "scaled")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
 HEAD_DIM = 128
 SEED_HEADS = 64
@@ -36,6 +38,9 @@ SEED_PAGE = 64
 TOL = 1e-2  # FORMATS.md: bf16 (and fp8) operands
 
 _DOT_ILLEGAL: dict[tuple[str, str], str] = {
+    ("fp8lut", "interp"): "Triton's interpreter has no inline asm",
+    ("fp8lut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("fp8lut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("scaled", "interp"): "Triton's interpreter has no dot_scaled",
     ("bf16", "interp"): "Triton's interpreter stores bf16 as uint16 and its tl.dot multiplies those bit patterns",
 }
@@ -60,7 +65,7 @@ def parse_variant(variant: str) -> tuple[str, str]:
     return dot, backend or "soft"
 
 
-VARIANTS: tuple[str, ...] = ("fp8",) + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+VARIANTS: tuple[str, ...] = ("fp8", "fp8lut") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
 
 
 def legality(variant: str, target: str) -> str | None:
@@ -98,6 +103,8 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
     _check_q_dtype(q_dtype)
     _check_heads(heads)
     dots = DOTS if q_dtype == "fp8" else ("f16", "bf16", "scaled")
+    if f.elem != "e2m1":
+        dots = tuple(d for d in dots if d != "fp8lut")  # nothing to look up in fp8 records
     backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
 
     def _backend_needs_bf16(c: Config) -> str | None:
@@ -160,6 +167,8 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
     variant_name(dot, backend)
     if backend not in E2M1_BACKENDS:
         raise ValueError(f"unknown e2m1 backend {backend!r}")
+    if dot == "fp8lut" and f.elem != "e2m1":
+        raise ValueError(f"the fp8lut path looks up e2m1 elements; {f.name} has none (use fp8)")
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
     return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend})
@@ -491,7 +500,7 @@ class _LogitsFamily:
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
                 dot, backend = parse_variant(variant)
-                if backend != "soft" and get_format(fmt).elem != "e2m1":
+                if (backend != "soft" or dot == "fp8lut") and get_format(fmt).elem != "e2m1":
                     continue
                 qdt = "bf16" if dot in DECODING_DOTS else "fp8"
                 cfg = default_config(fmt, qdt).replace(dot=dot, backend=backend)
