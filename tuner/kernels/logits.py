@@ -28,7 +28,9 @@ TEMPLATE = "logits.py.j2"
 LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
 Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 # fp8lut: fp8 operands like fp8, the e2m1 elements turned into e4m3 codes by byte-permute table
-# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only.
+# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only. On the H200
+# (2026-11-29) mxfp4_68 B=64 x 64K: 302 vs 409 us (benchmarks/results/logits_fp8lut.md). Not the
+# default: a default must be legal on every target, and this one is not on AMD or the interpreter.
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16", "bf16", "scaled")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
 HEAD_DIM = 128
