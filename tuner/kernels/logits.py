@@ -5,7 +5,8 @@ A program takes QT query tokens (of one sequence) against TILES tiles of BLOCK_N
 it loads the query once, gathers each tile's records through the block table, turns them into dot
 operands (the `dot` variant axis: e4m3 codes for an fp8 tensor-core dot with per-32-dim scales
 applied to the partial products, built with integer ops (fp8) or byte-permute table lookups
-(fp8lut, NVIDIA), bf16 values for a bf16 dot, or the raw nibbles and scales for `tl.dot_scaled`), applies relu, weights by w and reduces over heads. Every output element is written.
+(fp8lut, NVIDIA), bf16 values for a bf16 dot, or the raw nibbles and scales for `tl.dot_scaled`),
+applies relu, weights by w and reduces over heads. Every output element is written.
 """
 
 from __future__ import annotations
