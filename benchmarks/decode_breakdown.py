@@ -5,7 +5,9 @@ like the benchmark (CUDA graph replay, median) at T = 1, 8, 64 for nvfp4_288 + f
   no_gather  key rows are not gathered or dequantized (a constant block per slot): attention only
   no_attend  rows are gathered and dequantized, the two dots and the softmax are replaced by a sum
   empty      only q, the slot lists and the outputs move: the per-program fixed cost
-  empty_s1   empty without splitting (one kernel, no combine): what the combine launch costs
+  empty_nomerge  empty without the decode_combine launch (outputs left unmerged): splits whose
+             partials no kernel merges, so empty - empty_nomerge is the combine launch's cost
+  empty_s1   empty without splitting (one kernel, no combine): what splitting costs in all
 
     python benchmarks/decode_breakdown.py --out benchmarks/results
     python benchmarks/decode_breakdown.py --cfg "" --cfg "LISTS=separate"   # one table per config
@@ -34,7 +36,7 @@ GATHER = ("kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_
 ATTEND = "m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)"
 FAKE_KV = "kv = (tl.zeros([BLOCK_N, D], tl.float32) + slot[:, None].to(tl.float32)).to(q.dtype)"
 CHEAP = "acc += tl.sum(kv.to(tl.float32), axis=0)[None, :]"
-VARIANTS = ("full", "no_gather", "no_attend", "empty", "empty_s1")
+VARIANTS = ("full", "no_gather", "no_attend", "empty", "empty_nomerge", "empty_s1")
 
 
 def variant(name: str) -> R.Rendered:
@@ -63,9 +65,12 @@ def main() -> int:
     shape = (2, 32, 16) if args.smoke else (16, 512, 128)
     cfgs = args.cfg or [""]
     rows = []
+    real_combine = D.launch_combine
     for name in VARIANTS:
-        mod = R.load(variant(name.removesuffix("_s1")))
+        mod = R.load(variant(name.removesuffix("_s1").removesuffix("_nomerge")))
         D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
+        # empty_nomerge: the launcher's combine launch left out (COMBINE=fused merges in-kernel anyway).
+        D.launch_combine = (lambda *a, **k: None) if name.endswith("_nomerge") else real_combine
         for text in cfgs:
             for t in ((1, 2) if args.smoke else (1, 8, 64)):
                 inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
