@@ -80,3 +80,21 @@ def _summed(src: str) -> str:
     m = re.search(r"acc = tl\.zeros\(\[R, BLOCK_N\], dtype=tl\.float32\) \+ \((.*)\)\[None, :\]", src)
     assert m, "no stand-in sum"
     return m.group(1)
+
+
+def test_decode_breakdown_variants_leave_out_exactly_their_stage() -> None:
+    # As for logits: the decode breakdown edits the generated module by its text. Each variant
+    # must remove every call of its stage, on the plain and the PREFETCH paths, and nothing else.
+    import ast
+
+    from benchmarks.decode_breakdown import ATTEND, GATHER, variant
+
+    full = variant("full").source
+    # One pass function per list, each with its plain and its PREFETCH path.
+    assert all(full.count(g) == 1 for g in GATHER) and full.count(ATTEND) == 4
+    for name, gone in (("no_gather", GATHER), ("no_attend", (ATTEND,)), ("empty", GATHER + (ATTEND,))):
+        src = variant(name).source
+        ast.parse(src)
+        assert not any(g in src for g in gone), name
+        kept = set(GATHER + (ATTEND,)) - set(gone)
+        assert all(src.count(k) == full.count(k) for k in kept), name
