@@ -117,8 +117,9 @@ def _time(fn: Callable[[], Any], n_launch: int, gpu: bool) -> float:
 
 def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shape: Shape, device: torch.device) -> list[Config]:
     """The default, then (most telling first, as a run cut by its budget sweeps a prefix): each
-    list layout and combine with and without prefetching on the default tile, the default at
-    half and twice its automatic split count, then the other tile structures."""
+    list layout and combine with and without prefetching on the default tile, the measured
+    winners combined, the default at half and twice its automatic split count, then the other
+    tile structures."""
     d = default_config(*pair)
     auto = resolve_splits(d, n_tok, shape.topk, device)
     out = [d]

@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,6 +38,7 @@ ATTEND = "m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP,
 FAKE_KV = "kv = (tl.zeros([BLOCK_N, D], tl.float32) + slot[:, None].to(tl.float32)).to(q.dtype)"
 CHEAP = "acc += tl.sum(kv.to(tl.float32), axis=0)[None, :]"
 VARIANTS = ("full", "no_gather", "no_attend", "empty", "empty_nomerge", "empty_s1")
+SOURCE_OF = {"empty_nomerge": "empty", "empty_s1": "empty"}  # launch changes over the module of another variant
 
 
 def variant(name: str) -> R.Rendered:
@@ -59,35 +61,50 @@ def main() -> int:
                     help="NAME=v,... over the default config (repeatable; default: the default config)")
     args = ap.parse_args()
     from benchmarks.common import provenance
-    from benchmarks.common import parse_cfg
 
     dev = "cpu" if args.smoke else "cuda"
     shape = (2, 32, 16) if args.smoke else (16, 512, 128)
     cfgs = args.cfg or [""]
     rows = []
-    real_combine = D.launch_combine
-    for name in VARIANTS:
-        mod = R.load(variant(name.removesuffix("_s1").removesuffix("_nomerge")))
-        D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
-        # empty_nomerge: the launcher's combine launch left out (COMBINE=fused merges in-kernel anyway).
-        D.launch_combine = (lambda *a, **k: None) if name.endswith("_nomerge") else real_combine
-        for text in cfgs:
-            for t in ((1, 2) if args.smoke else (1, 8, 64)):
-                inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
-                cfg = parse_cfg(text, D.default_config(*PAIR))
-                if name.endswith("_s1"):
-                    cfg = cfg.replace(NUM_SPLITS=1, LISTS="both")  # one program per token, no partials
-                if args.smoke:
-                    D.run_decode(*PAIR, cfg, inp)
-                    us = float("nan")
-                else:
-                    us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
-                                                           return_mode="median") * 1e3
-                rows.append({"variant": name, "config": text or "default", "T": t, "us": us})
-                print(f"{name:10s} {text or 'default':24s} T={t:<3d} {us:8.2f} us", flush=True)
-    out = Path(args.out)
+    real_module, real_combine = D._module, D.launch_combine
+    try:
+        for name in VARIANTS:
+            rows += _time_variant(name, cfgs, shape, dev, args.smoke, real_combine)
+    finally:
+        D._module, D.launch_combine = real_module, real_combine
+    _write(Path(args.out), rows, cfgs, provenance())
+    return 0
+
+
+def _time_variant(name: str, cfgs: list[str], shape: tuple[int, int, int], dev: str, smoke: bool,
+                  real_combine: Any) -> list[dict[str, Any]]:
+    """One variant at every config and T (the caller restores the launcher's module and combine)."""
+    from benchmarks.common import parse_cfg
+
+    mod = R.load(variant(SOURCE_OF.get(name, name)))
+    D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
+    # empty_nomerge: the launcher's combine launch left out (COMBINE=fused merges in-kernel anyway).
+    D.launch_combine = (lambda *a, **k: None) if name == "empty_nomerge" else real_combine
+    rows = []
+    for text in cfgs:
+        for t in ((1, 2) if smoke else (1, 8, 64)):
+            inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
+            cfg = parse_cfg(text, D.default_config(*PAIR))
+            if name == "empty_s1":
+                cfg = cfg.replace(NUM_SPLITS=1, LISTS="both")  # one program per token, no partials
+            if smoke:
+                D.run_decode(*PAIR, cfg, inp)
+                us = float("nan")
+            else:
+                us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
+                                                       return_mode="median") * 1e3
+            rows.append({"variant": name, "config": text or "default", "T": t, "us": us})
+            print(f"{name:13s} {text or 'default':24s} T={t:<3d} {us:8.2f} us", flush=True)
+    return rows
+
+
+def _write(out: Path, rows: list[dict[str, Any]], cfgs: list[str], prov: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    prov = provenance()
     (out / "decode_breakdown.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
     ts = sorted({r["T"] for r in rows})
     md = [f"# decode tile: leave-one-stage-out\n\n{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, "
@@ -100,7 +117,6 @@ def main() -> int:
             md.append(f"| {text or 'default'} | {name} | " + " | ".join(
                 f"{r['us']:.2f}" for r in rows if r["variant"] == name and r["config"] == (text or "default")) + " |")
     (out / "decode_breakdown.md").write_text("\n".join(md) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

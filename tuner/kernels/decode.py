@@ -371,7 +371,8 @@ def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
     decode_breakdown.md) a block of 32 splits for every launch cut the empty T=1 launch from 9.8
     (a loop over the splits) to 7.3 us but raised T=64 (2 splits, 32x the programs) from 11.2 to
     32.4 us; static sm_90 for 2 splits x 64 dims: 418 SASS, 32 registers against 1598 and 96 for
-    32 x 16. The sizing by split count is not timed yet."""
+    32 x 16. Sized by split count since: default config 19.0 us at T=1 and 77 us at T=64, against
+    18.9 and 117 with the block of 32 (benchmarks/results/decode.md, a later run)."""
     block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
     warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
     return block_d, warps

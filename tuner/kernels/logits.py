@@ -145,9 +145,9 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # queries keep heads_m until keys_m is timed on their f16 dot.
             Param("MMA", ("heads_m", "keys_m"), "keys_m" if q_dtype == "fp8" else "heads_m"),
             # 1: the next tile's block-table and record loads are issued before this tile's dots
-            # (Triton's pipeliner leaves this loop alone: its loads hang off block-table loads; the
-            # sm_90 SASS is the same at num_stages 2 and 3). Only matters with TILES > 1. Slower on
-            # the H200 wherever timed (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
+            # (by hand: Triton's pipeliner does not overlap a tile's record loads with the dots
+            # before them). Only matters with TILES > 1. Slower on the H200 wherever timed
+            # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
             Param("PREFETCH", (0, 1), 0),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
