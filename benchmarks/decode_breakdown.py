@@ -11,6 +11,9 @@ like the benchmark (CUDA graph replay, median) at T = 1, 8, 64 for nvfp4_288 + f
 
     python benchmarks/decode_breakdown.py --out benchmarks/results
     python benchmarks/decode_breakdown.py --cfg "" --cfg "LISTS=separate"   # one table per config
+
+Every row also carries each kernel's own device time (torch.profiler over plain launches, the mean
+of 50): the graph median minus their sum is what the launches between the kernels cost.
 """
 
 from __future__ import annotations
@@ -98,9 +101,25 @@ def _time_variant(name: str, cfgs: list[str], shape: tuple[int, int, int], dev: 
             else:
                 us = triton.testing.do_bench_cudagraph(lambda: D.run_decode(*PAIR, cfg, inp), rep=100,
                                                        return_mode="median") * 1e3
-            rows.append({"variant": name, "config": text or "default", "T": t, "us": us})
-            print(f"{name:13s} {text or 'default':24s} T={t:<3d} {us:8.2f} us", flush=True)
+            kernels = {} if smoke else kernel_times(lambda: D.run_decode(*PAIR, cfg, inp))
+            rows.append({"variant": name, "config": text or "default", "T": t, "us": us, "kernels": kernels})
+            ks = " ".join(f"{k}={v:.2f}" for k, v in kernels.items())
+            print(f"{name:13s} {text or 'default':24s} T={t:<3d} {us:8.2f} us  [{ks}]", flush=True)
     return rows
+
+
+def kernel_times(fn: Any, n: int = 50) -> dict[str, float]:
+    """Mean device time in us of each kernel `fn` launches (by name), from torch.profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / e.count for e in prof.key_averages() if e.device_time_total > 0}
 
 
 def _write(out: Path, rows: list[dict[str, Any]], cfgs: list[str], prov: dict[str, Any]) -> None:
@@ -116,6 +135,10 @@ def _write(out: Path, rows: list[dict[str, Any]], cfgs: list[str], prov: dict[st
         for name in VARIANTS:
             md.append(f"| {text or 'default'} | {name} | " + " | ".join(
                 f"{r['us']:.2f}" for r in rows if r["variant"] == name and r["config"] == (text or "default")) + " |")
+    md += ["", "Each kernel's own device time (us, torch.profiler, mean of 50 plain launches):", "",
+           "| config | variant | T | graph median | kernels |", "|---|---|---|---|---|"]
+    md += [f"| {r['config']} | {r['variant']} | {r['T']} | {r['us']:.2f} | "
+           + ", ".join(f"{k} {v:.2f}" for k, v in r.get("kernels", {}).items()) + " |" for r in rows]
     (out / "decode_breakdown.md").write_text("\n".join(md) + "\n")
 
 

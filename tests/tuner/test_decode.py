@@ -322,13 +322,21 @@ def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
     assert verify_decode(comp, win, inp, run_decode(comp, win, old, inp)) is None
 
 
-@pytest.mark.parametrize("parts,heads", [(2, 16), (5, 16), (16, 16), (32, 16), (45, 12), (20, 64)])
-def test_combine_merges_any_number_of_partials(parts: int, heads: int, device: str) -> None:
+@pytest.mark.parametrize("parts,heads,sms", [(2, 16, 0), (5, 16, 0), (16, 16, 0), (32, 16, 0), (45, 12, 0),
+                                             (20, 64, 0), (20, 16, 1024)])
+def test_combine_merges_any_number_of_partials(parts: int, heads: int, sms: int, device: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # decode_combine alone, on synthetic partials (running max in log2 units, sum of exp2, the
-    # unnormalised output): every block size it is launched with (2 to 64 splits, 16 to 64 heads)
-    # against the flash-decoding merge in float64. Head 0 of token 1 has no key in any split
-    # (o = 0, lse = -inf); some splits of the others have none (m = -inf, l = 0).
+    # unnormalised output): every block size it is launched with (2 to 64 splits, 16 to 64 heads,
+    # and, on a device of `sms` SMs, the narrowest slices a small batch's merge takes) against the
+    # flash-decoding merge in float64. Head 0 of token 1 has no key in any split (o = 0,
+    # lse = -inf); some splits of the others have none (m = -inf, l = 0).
+    import tuner.kernels.decode as D
     from tuner.kernels.decode import _module, launch_combine
+
+    if sms:
+        monkeypatch.setattr(D, "sm_count", lambda dev: sms)
+        assert D.combine_tile(32, 16, 3, sms)[0] == 4
 
     g = torch.Generator().manual_seed(parts * 100 + heads)
     t = 3

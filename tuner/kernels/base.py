@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
@@ -196,3 +197,17 @@ def device_generator(g: torch.Generator, device: str | torch.device) -> torch.Ge
     if dev.type == "cpu":
         return g
     return torch.Generator(device=dev).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)))
+
+
+INTERP_SMS = 4  # the SM count launchers assume off a GPU, so that small tests take their multi-program paths
+
+
+@lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors (compute units) of `device`, for launchers that size their grids
+    to the GPU; INTERP_SMS off a GPU."""
+    return _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS

@@ -22,7 +22,7 @@ from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes, quantize, write_slots
 from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
-                                 e2m1_backend_legality)
+                                 e2m1_backend_legality, sm_count)
 from tuner.reference import compare, decode_reference
 from tuner.targets import detect, interpreting
 
@@ -34,7 +34,6 @@ MAX_HEADS = 64  # the accumulator is [heads, 512] fp32 per program; more would n
 MAX_SPLITS = 32
 AUTO = 0  # NUM_SPLITS = 0: the launcher picks the split count from T and the SM count
 COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
-INTERP_SMS = 4  # what "auto" assumes under the interpreter, so small tests exercise both paths
 TOL = 1e-2  # FORMATS.md reader tolerance with bf16 operands
 
 
@@ -135,17 +134,8 @@ def _module(comp: str, win: str, backend: str) -> Any:
     return R.load(render_variant(comp, win, backend))
 
 
-@lru_cache(maxsize=8)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
-
-
-def _sms(device: torch.device) -> int:
-    return _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS
 
 
 @dataclass(frozen=True)
@@ -185,7 +175,7 @@ def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, 
     s = int(cfg["NUM_SPLITS"])
     if s != AUTO:
         return s
-    sms = _sms(device)
+    sms = sm_count(device)
     cap = max(1, _pow2_floor(topk // cfg["BLOCK_N"]))
     s = max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
     if cfg.get("LISTS") in ("apart", "separate") and window is not None:
@@ -356,24 +346,30 @@ def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: 
     n_tok, heads = o.shape[0], o.shape[1]
     block_s = max(2, triton.next_power_of_2(parts))
     block_h = max(16, triton.next_power_of_2(heads))
-    block_d, warps = combine_tile(block_s, block_h)
+    block_d, warps = combine_tile(block_s, block_h, n_tok, sm_count(o.device))
     mod.decode_combine[(n_tok, 512 // block_d)](
         part_o, part_ml, sink, o, lse, heads, parts,
         BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps,
     )
 
 
-def combine_tile(block_s: int, block_h: int) -> tuple[int, int]:
+def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
     partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
-    splits), and takes more warps past that so no thread holds more than 64 of them.
+    splits), and takes more warps past that so no thread holds more than 64 of them. With fewer
+    than `sms` programs that way (n_tok tokens, 512 / BLOCK_D programs each), the slices narrow
+    down to 4 dims until the merge covers the SMs: a small batch's merge is latency, one program
+    per SM with a few warps each cannot hide it.
     On the H200 (2026-11-29; benchmarks/results/decode_breakdown_loop_combine.md against
     decode_breakdown.md) a block of 32 splits for every launch cut the empty T=1 launch from 9.8
     (a loop over the splits) to 7.3 us but raised T=64 (2 splits, 32x the programs) from 11.2 to
     32.4 us; static sm_90 for 2 splits x 64 dims: 418 SASS, 32 registers against 1598 and 96 for
-    32 x 16. Sized by split count since: default config 19.0 us at T=1 and 77 us at T=64, against
-    18.9 and 117 with the block of 32 (benchmarks/results/decode.md, a later run)."""
+    32 x 16. Sized by split count since; by then the T=1 merge of 20 partials (32 programs of 16
+    dims) still took 3.8 us of device time of its own, against 2.7 us for 64 tokens' merge of 2
+    (torch.profiler, decode_breakdown.md of 19:00 UTC)."""
     block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
+    while block_d > 4 and n_tok * (512 // block_d) < sms:
+        block_d //= 2
     warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
     return block_d, warps
 
