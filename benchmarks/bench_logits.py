@@ -24,7 +24,7 @@ import torch  # noqa: E402
 if "--smoke" in sys.argv and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
+from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
 from tuner.core import Bucket, Config  # noqa: E402
 from tuner.kernels.logits import (  # noqa: E402
     LOGITS_FORMATS, default_config, legality, logits, logits_bytes, logits_flops, logits_key, make_inputs, space,
@@ -35,9 +35,10 @@ from tuner.targets import detect  # noqa: E402
 NOMINAL_H200_BW = 4.27e12  # the issue's measured copy bandwidth, used only where none can be measured
 
 
-def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool) -> list[Config]:
+def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list[str] | None = None) -> list[Config]:
     """The default, then a few hand-picked points (bigger tiles, deeper pipelines, dot_scaled, query
-    groups for prefill); the ones illegal on this target are dropped."""
+    groups for prefill), or the `given` ones ("NAME=v,..." over the default); the ones infeasible
+    or illegal on this target are dropped."""
     d = default_config(fmt, "fp8")
     # Measured on the H200 (2026-11-29, B=64 x 64K): heads_m with the fp8 dot at 53-105 TFLOP/s,
     # dot_scaled and keys_m (the default since) at 160-175; deeper pipelines and 256-key tiles
@@ -60,13 +61,17 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool) -> list[Con
         heads_m.replace(dot="scaled", BLOCK_N=128, PREFETCH=1),
         # More tiles per program now that their pages come in one block-table read.
         keys_m.replace(TILES=8), keys_m.replace(TILES=16), heads_m.replace(dot="scaled", BLOCK_N=128, TILES=8),
+        # One wave of programs over runs of blocks.
+        keys_m.replace(SPREAD=4), keys_m.replace(SPREAD=4, TILES=16), keys_m.replace(SPREAD=4, dot="fp8lut"),
     ]
     if prefill:
         picks = [keys_m.replace(QT=2, dot="fp8lut"), heads_m.replace(QT=2), keys_m.replace(QT=2),
                  keys_m.replace(QT=2, BLOCK_N=128, num_warps=8), keys_m.replace(QT=4, num_warps=8), keys_m.replace(QT=2, dot="scaled"),
                  keys_m.replace(QT=2, PREFETCH=1), keys_m.replace(QT=2, TILES=8, PREFETCH=1)]
     if smoke:
-        picks = [d.replace(BLOCK_N=32, TILES=2)]
+        picks = [d.replace(BLOCK_N=32, TILES=2), d.replace(BLOCK_N=32, TILES=2, SPREAD=2)]
+    if given is not None:
+        picks = [parse_cfg(text, d) for text in given]
     sp = space(fmt, "fp8")
     out = [d]
     for c in picks:
@@ -123,7 +128,7 @@ def _timer(smoke: bool) -> Callable[[Callable[[], Any]], float]:
 
 
 def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, target: str, copy_bw: float, smoke: bool,
-                deadline: float = float("inf")) -> dict:
+                deadline: float = float("inf"), picks: list[str] | None = None) -> dict:
     """Time every sweep config at one shape. `inp` holds n_rot disjoint groups of bucket.rep tokens:
     one timed call launches the kernel once per group and the time is divided by n_rot, so the
     groups' caches together exceed L2 (as in serving, where nothing is L2-resident). Past
@@ -133,7 +138,7 @@ def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, targe
     moved, flops = logits_bytes(key, bucket), logits_flops(key, bucket)
     timer = _timer(smoke)
     rows = []
-    for i, c in enumerate(sweep_configs(fmt, bucket.dim == "T", target, smoke)):
+    for i, c in enumerate(sweep_configs(fmt, bucket.dim == "T", target, smoke, picks)):
         if i > 0 and time.time() > deadline:
             rows.append({"config": c.as_dict(), "skipped": "time budget"})
             continue
@@ -204,6 +209,10 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, 1-2 configs (runs under TRITON_INTERPRET=1)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="past this, time only the default configs")
     ap.add_argument("--formats", default=",".join(LOGITS_FORMATS), help="cache formats, comma-separated")
+    ap.add_argument("--pick", action="append", default=None,
+                    help="NAME=v,... over the default: time these instead of the hand-picked sweep (repeatable)")
+    ap.add_argument("--shapes", default=None, help="only these shapes, e.g. B=8,B=64,T (default: all)")
+    ap.add_argument("--skip-checks", action="store_true", help="no per-variant check (each timed config is still verified)")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(LOGITS_FORMATS):
@@ -217,16 +226,20 @@ def main() -> int:
     ctx_d, ctx_p = (300, 200) if args.smoke else (65536, 16384)
     decode_bs = (1, 2) if args.smoke else (1, 8, 32, 64)
     t_pre = 5 if args.smoke else 4096
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    decode_bs = tuple(b for b in decode_bs if wanted is None or f"B={b}" in wanted)
+    prefill = wanted is None or "T" in wanted
+    sweep = lambda fmt, pre: sweep_configs(fmt, pre, target, args.smoke, args.pick)  # noqa: E731
     if device == "cuda":
         # Every swept config compiled in parallel processes first (Triton's on-disk cache): one
         # at a time, compiling took most of a 300 s budget on the H200 host.
         from benchmarks.record_table import precompile
 
         for fmt in formats:
-            shapes_b = [Bucket("B", 1, b, ctx_d) for b in decode_bs] + [Bucket("T", 1, t_pre, ctx_p)]
-            items = [(b, c) for b in shapes_b for c in sweep_configs(fmt, b.dim == "T", target, args.smoke)]
+            shapes_b = [Bucket("B", 1, b, ctx_d) for b in decode_bs] + [Bucket("T", 1, t_pre, ctx_p)] * prefill
+            items = [(b, c) for b in shapes_b for c in sweep(fmt, b.dim == "T")]
             precompile("logits", logits_key(fmt, "fp8"), items, jobs=max(2, min(16, (os.cpu_count() or 4) - 2)))
-    checks = {fmt: check_variants(fmt, target, device, args.smoke) for fmt in formats}
+    checks = {} if args.skip_checks else {fmt: check_variants(fmt, target, device, args.smoke) for fmt in formats}
     shapes: list[dict] = []
     deadline = t_start + args.budget_s
 
@@ -244,14 +257,17 @@ def main() -> int:
         inp = make_inputs(key, Bucket("B", 1, pool, ctx_d), device, seed=1)
         for b in decode_bs:
             print(f"  {fmt} decode B={b}", flush=True)
-            shapes.append(bench_shape(fmt, Bucket("B", 1, b, ctx_d), inp, pool // b, target, copy_bw, args.smoke, deadline))
+            shapes.append(bench_shape(fmt, Bucket("B", 1, b, ctx_d), inp, pool // b, target, copy_bw, args.smoke, deadline,
+                                      args.pick))
             save()
         del inp
-        inp = make_inputs(key, Bucket("T", 1, t_pre, ctx_p), device, seed=2)
-        print(f"  {fmt} prefill T={t_pre}", flush=True)
-        shapes.append(bench_shape(fmt, Bucket("T", 1, t_pre, ctx_p), inp, 1, target, copy_bw, args.smoke, deadline))
-        save()
-        del inp
+        if prefill:
+            inp = make_inputs(key, Bucket("T", 1, t_pre, ctx_p), device, seed=2)
+            print(f"  {fmt} prefill T={t_pre}", flush=True)
+            shapes.append(bench_shape(fmt, Bucket("T", 1, t_pre, ctx_p), inp, 1, target, copy_bw, args.smoke, deadline,
+                                      args.pick))
+            save()
+            del inp
         if device == "cuda":
             torch.cuda.empty_cache()
     print(save())
