@@ -91,11 +91,6 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
         # Each tile's loads issued one iteration early (PREFETCH): 16-key tiles cross a 16-key page
         # every tile; the program's last tile prefetches nothing.
         _check(p, fmt, cfg.replace(PREFETCH=1, BLOCK_N=16, TILES=4))
-        if page != 128:
-            # Runs of blocks per program (SPREAD): 10 blocks of 32 keys over 4 assumed SMs, so
-            # runs of 5 (decode: 2 programs per token) or of all 10 (prefill: one per token),
-            # through the short sequences' dead blocks; at page 16 each tile's loads one early.
-            _check(p, fmt, cfg.replace(SPREAD=2, BLOCK_N=16, TILES=2, PREFETCH=int(page == 16)))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
             # the other page lookup (and, at page 64, keys on M with two tokens' heads on N).

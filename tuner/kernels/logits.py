@@ -21,9 +21,9 @@ from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes
 from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
-                                 e2m1_backend_legality, sm_count)
+                                 e2m1_backend_legality)
 from tuner.reference import compare, logits_reference
-from tuner.targets import detect, interpreting
+from tuner.targets import detect
 
 TEMPLATE = "logits.py.j2"
 LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
@@ -149,14 +149,6 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # before them). Only matters with TILES > 1. Slower on the H200 wherever timed
             # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
             Param("PREFETCH", (0, 1), 0),
-            # How the programs cover the context. 0: one program per block of TILES tiles (a grid
-            # over the context, in waves). k > 0: about k programs per SM in all, each walking an
-            # equal run of consecutive blocks (a runtime loop; the query is loaded once per run):
-            # one wave with no tail of half-filled SMs, and per-program set-up paid once per run.
-            # On the H200 a 4096-program grid of 32 us programs (fp8_132, B=64 x 64K, TILES=16)
-            # leaves up to a program's time of tail, and the record loads alone ran at 3.3 of
-            # 4.3 TB/s.
-            Param("SPREAD", (0, 2, 4, 8), 0),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
         ),
@@ -250,8 +242,8 @@ def logits(
     elif out.dtype != torch.float32 or tuple(out.shape) != (t, max_len) or not out.is_contiguous() or out.device != dev:
         raise ValueError(f"out must be a contiguous fp32[{t}, {max_len}] on {dev}")
     cfg = config or default_config(f, qdt, hi)
-    # Configs tuned before the MMA, PREFETCH and SPREAD axes existed meant what the kernel did then.
-    cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, "SPREAD": 0, **cfg.as_dict()})
+    # Configs tuned before the MMA and PREFETCH axes existed meant what the kernel did then.
+    cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, **cfg.as_dict()})
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
@@ -264,31 +256,16 @@ def logits(
         raise ValueError("block_table must have at least one sequence and one page column")
     mod = R.load(render_variant(f, cfg["dot"], cfg["backend"]))
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
-    runs, blocks = grid_runs(cfg, t, max_len, dev)
-    # A run's length is a runtime int on a GPU (BLOCKS=0): one binary for every launch size.
-    fixed = 1 if not cfg["SPREAD"] else (blocks if interpreting() else 0)
-    mod.logits_kernel[(runs, triton.cdiv(t, qt))](
+    grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
+    mod.logits_kernel[grid](
         q, w, cache, block_table, seq_of, k_start, k_end, out,
-        t, max_len, block_table.shape[1], pb, blocks,
+        t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
         TILE_LOOKUP=cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0, Q_FP8=qdt == "fp8",
-        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]), BLOCKS=fixed,
+        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
-
-
-def grid_runs(cfg: Config, n_tokens: int, max_len: int, device: torch.device) -> tuple[int, int]:
-    """(programs per query-token group, blocks of TILES * BLOCK_N keys each) of a launch: a
-    program per block, or with SPREAD = k about k programs per SM over all groups, each over an
-    equal run of blocks (the last one shorter)."""
-    n_blocks = triton.cdiv(max_len, cfg["BLOCK_N"] * cfg["TILES"])
-    if not cfg.get("SPREAD", 0):
-        return n_blocks, 1
-    groups = triton.cdiv(n_tokens, cfg["QT"])
-    per_group = max(1, min(n_blocks, sm_count(device) * cfg["SPREAD"] // groups))
-    blocks = triton.cdiv(n_blocks, per_group)
-    return triton.cdiv(n_blocks, blocks), blocks
 
 
 def variant_of(config: Config) -> str:
@@ -484,16 +461,15 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
         signature={
             "q_ptr": "*fp8e4nv" if q_dtype == "fp8" else "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8",
             "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
-            "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32", "n_blocks": "i32",
+            "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
             "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr", "KEYS_M": "constexpr",
-            "PREFETCH": "constexpr", "BLOCKS": "constexpr",
+            "PREFETCH": "constexpr",
         },
         constexprs={
             "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
             "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
             "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m", "PREFETCH": bool(cfg.get("PREFETCH", 0)),
-            "BLOCKS": 0 if cfg.get("SPREAD", 0) else 1,
         },
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
@@ -540,10 +516,6 @@ class _LogitsFamily:
             cfg = default_config(fmt, "fp8").replace(dot=dot)
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(MMA="heads_m"), f"{fmt} q=fp8 heads_m"))
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(PREFETCH=1), f"{fmt} q=fp8 prefetch"))
-        # Runs of blocks per program (a runtime loop around the tile loop), on both formats.
-        for fmt in LOGITS_FORMATS:
-            cfg = default_config(fmt, "fp8").replace(SPREAD=4)
-            cases.append(_xcompile_case(fmt, cfg["dot"], "soft", "fp8", cfg, f"{fmt} q=fp8 spread"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:

@@ -184,14 +184,13 @@ def _heads(
 @triton.jit
 def _program(
     q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
-    t_vec, base, n_blk, n_tokens, max_len, max_pages, page_bytes,
+    t_vec, base, n_tokens, max_len, max_pages, page_bytes,
     R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
     TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
-    PREFETCH: tl.constexpr, BLOCKS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
-    # Keys [base, base + n_blk * TILES * BLOCK_N) for R query tokens of one sequence, as n_blk
-    # consecutive blocks of TILES tiles (BLOCKS of them where that is a constexpr): every output
-    # element there is written, -inf outside each token's [k_start, k_end).
+    # Keys [base, base + TILES * BLOCK_N) for R query tokens of one sequence: every output element
+    # of that block is written, -inf outside each token's [k_start, k_end).
     t_ok = t_vec < n_tokens
     seq = tl.max(tl.load(seq_ptr + t_vec, mask=t_ok, other=0), axis=0)
     ks = tl.maximum(tl.load(ks_ptr + t_vec, mask=t_ok, other=0), 0)
@@ -200,48 +199,20 @@ def _program(
     lo = tl.min(tl.where(live_t, ks, max_len), axis=0)
     hi = tl.max(tl.where(live_t, ke, 0), axis=0)
     out_row = out_ptr + t_vec.to(tl.int64)[:, None] * max_len
-    span = TILES * BLOCK_N
-    if (hi > base) & (lo < base + n_blk * span):
-        # The query (all heads, or the first group of HEADS) is loaded once per program.
-        q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
-        # Triton's interpreter cannot loop to a runtime bound (numpy >= 2.4): there, BLOCKS.
-        if BLOCKS == 0:
-            for b in range(n_blk):
-                _block(q_ptr, w_ptr, cache_ptr, bt_ptr, out_row, t_vec, t_ok, seq, ks, ke, lo, hi, base + b * span,
-                       max_len, max_pages, page_bytes, q0, q1, q2, q3, w, R, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP,
-                       Q_FP8, KEYS_M, PREFETCH)
-        else:
-            for b in range(BLOCKS):
-                _block(q_ptr, w_ptr, cache_ptr, bt_ptr, out_row, t_vec, t_ok, seq, ks, ke, lo, hi, base + b * span,
-                       max_len, max_pages, page_bytes, q0, q1, q2, q3, w, R, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP,
-                       Q_FP8, KEYS_M, PREFETCH)
-    elif BLOCKS == 0:
-        for b in range(n_blk):
-            _store_ninf(out_row, base + b * span, t_ok, max_len, R, BLOCK_N, TILES)
-    else:
-        for b in range(BLOCKS):
-            _store_ninf(out_row, base + b * span, t_ok, max_len, R, BLOCK_N, TILES)
-
-
-@triton.jit
-def _block(
-    q_ptr, w_ptr, cache_ptr, bt_ptr, out_row, t_vec, t_ok, seq, ks, ke, lo, hi, bbase, max_len, max_pages, page_bytes,
-    q0, q1, q2, q3, w,
-    R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    # The TILES tiles of keys [bbase, bbase + TILES * BLOCK_N). Only a block holding a live key
-    # computes; inside it, tiles outside [lo, hi) load nothing (masked) and store -inf. The tile
-    # loop has a constant trip count, which the GPU pipelines.
     jj = tl.arange(0, BLOCK_N)
-    if (hi > bbase) & (lo < bbase + TILES * BLOCK_N):
-        tile_pages = _tile_pages(bt_ptr, seq, bbase, max_pages, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
+    # Only a block holding a live key computes; inside it, tiles outside [lo, hi) load nothing
+    # (masked) and store -inf. The loops have constant trip counts: Triton's interpreter cannot take
+    # a tensor as a range bound with numpy >= 2.4, and the GPU pipelines either way.
+    if (hi > base) & (lo < base + TILES * BLOCK_N):
+        if HEADS == HI:
+            # Loaded once per program, reused by every tile.
+            q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
+        tile_pages = _tile_pages(bt_ptr, seq, base, max_pages, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         if PREFETCH:
-            ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, 0, bbase, jj, lo, hi, max_pages, bbase >= 0,
+            ok, b0, b1, b2, b3, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
                                         page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         for i in range(TILES):
-            j0 = bbase + i * BLOCK_N
+            j0 = base + i * BLOCK_N
             j = j0 + jj
             if PREFETCH:
                 # This tile was fetched one iteration ago; the next tile's loads go out before
@@ -257,28 +228,22 @@ def _block(
             if HEADS == HI:
                 acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
             else:
-                # Fewer heads per dot: smaller accumulators, the query's other groups re-read (from
-                # cache) per tile.
-                acc = _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
-                for g in tl.static_range(1, HI // HEADS):
-                    qg0, qg1, qg2, qg3, wg = _load_q(q_ptr, w_ptr, t_vec, t_ok, g * HEADS, R, HI, HEADS, Q_FP8)
-                    acc += _heads(qg0, qg1, qg2, qg3, wg, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
+                # Fewer heads per dot: smaller accumulators, the query re-read (from cache) per group.
+                acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+                for g in tl.static_range(HI // HEADS):
+                    q0, q1, q2, q3, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, g * HEADS, R, HI, HEADS, Q_FP8)
+                    acc += _heads(q0, q1, q2, q3, w, k0, k1, k2, k3, s0, s1, s2, s3, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
             live = tile_ok[None, :] & (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
-            tl.store(out_row + j[None, :], tl.where(live, acc, float("-inf")), mask=t_ok[:, None] & (j < max_len)[None, :])
+            tl.store(out_row + j[None, :], tl.where(live, acc, float("-inf")),
+                     mask=t_ok[:, None] & (j < max_len)[None, :])
     else:
-        _store_ninf(out_row, bbase, t_ok, max_len, R, BLOCK_N, TILES)
+        ninf = tl.full([R, BLOCK_N], float("-inf"), dtype=tl.float32)
+        for i in range(TILES):
+            j = base + i * BLOCK_N + jj
+            tl.store(out_row + j[None, :], ninf, mask=t_ok[:, None] & (j < max_len)[None, :])
 
 
 @triton.jit
-def _store_ninf(out_row, bbase, t_ok, max_len, R: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr):
-    # -inf over a block of TILES tiles that holds no live key.
-    ninf = tl.full([R, BLOCK_N], float("-inf"), dtype=tl.float32)
-    for i in range(TILES):
-        j = bbase + i * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(out_row + j[None, :], ninf, mask=t_ok[:, None] & (j < max_len)[None, :])
-
-
-@triton.jit(do_not_specialize=["n_blocks"])
 def logits_kernel(
     q_ptr,  # [T, HI, dims] bf16 or fp8 e4m3, contiguous
     w_ptr,  # [T, HI] fp32, contiguous
@@ -292,8 +257,6 @@ def logits_kernel(
     max_len,
     max_pages,
     page_bytes,
-    n_blocks,  # blocks of TILES tiles per program (read when BLOCKS is 0; never specialised: one
-               # binary for every batch, context and SM count)
     HI: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -304,17 +267,14 @@ def logits_kernel(
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
     PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
-    BLOCKS: tl.constexpr,  # blocks per program when fixed at compile time (1 without SPREAD; the
-                           # interpreter's count, which cannot loop to a runtime bound), else 0
 ):
-    # Axis 0: runs of n_blocks consecutive blocks of TILES * BLOCK_N keys (neighbouring programs
-    # share a query, which stays in L2); axis 1: groups of QT query tokens.
-    n_blk = n_blocks if BLOCKS == 0 else BLOCKS  # for the arithmetic; loops take BLOCKS where set (see _program)
-    base = tl.program_id(0) * n_blk * (TILES * BLOCK_N)
+    # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
+    # L2); axis 1: groups of QT query tokens.
+    base = tl.program_id(0) * (TILES * BLOCK_N)
     t0 = tl.program_id(1) * QT
     if QT == 1:
         _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
-                 n_blk, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, BLOCKS)
+                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
     else:
         t_vec = t0 + tl.arange(0, QT)
         t_ok = t_vec < n_tokens
@@ -324,10 +284,10 @@ def logits_kernel(
         if same:
             # Prefill: the QT tokens share their sequence's K tiles, one dot of QT * HEADS rows.
             _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
-                     n_blk, n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, BLOCKS)
+                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
         else:
             # A group straddling sequences: each token on its own.
             for g in tl.static_range(QT):
                 _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
-                         base, n_blk, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
-                         TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, BLOCKS)
+                         base, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
+                         TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
