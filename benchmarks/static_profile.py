@@ -31,7 +31,7 @@ CLASSES = {  # SASS opcode prefix -> class reported
     "HGMMA": "wgmma", "HMMA": "mma.sync", "QGMMA": "wgmma", "IMMA": "mma.sync",
     "LDG": "ld.global", "STG": "st.global", "LDS": "ld.shared", "STS": "st.shared", "LDSM": "ldmatrix",
     "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
-    "LDL": "local (spill)", "STL": "local (spill)",
+    "LDL": "local (spill)", "STL": "local (spill)", "LDGSTS": "cp.async", "UTMALDG": "tma",
 }
 
 

@@ -23,12 +23,14 @@ tensors that report the right dtype, alignment and storage size, so no memory is
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
@@ -194,6 +196,17 @@ def stand_in(ty: str, spec: str, large: bool = False) -> torch.Tensor:
     return base if "D" in spec else base[1:]
 
 
+def stand_in_descriptor(ty: str) -> TensorDescriptor:
+    """A tensor descriptor Triton specialises as `ty` ('tensordesc<u8[1, 64, 128]>'): over a meta
+    tensor of exactly one block (Triton keys a descriptor by its element type and block shape)."""
+    m = re.fullmatch(r"tensordesc<(\w+)\[([\d, ]+)\]>", ty)
+    if m is None:
+        raise ValueError(f"cannot stand in for a descriptor of type {ty}")
+    block = [int(x) for x in m.group(2).split(",")]
+    base = torch.empty(block, dtype=_TORCH_DTYPES[m.group(1)], device="meta")
+    return TensorDescriptor(base, list(base.shape), list(base.stride()), block)
+
+
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "u8": torch.uint8, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
     "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
@@ -210,8 +223,8 @@ def launch_specs(launch: Launch, backend: type, pools: Sequence[frozenset[str]])
     consts = _constexpr_names(launch)
     base: list[ArgSpec] = []
     for name, value in launch.bound().items():
-        if isinstance(value, torch.Tensor):
-            ty, spec = classify(value, backend)
+        if isinstance(value, (torch.Tensor, TensorDescriptor)):
+            ty, spec = classify(value, backend)  # a descriptor: ('tensordesc<u8[1, 64, 128]>', None)
             base.append(ArgSpec(name, ty, spec))
         elif isinstance(value, int) and not isinstance(value, bool) and name not in consts:
             ty, spec = classify(value, backend, specialize=name not in nospec)
@@ -338,6 +351,8 @@ class WarmReport:
 def _stand_in_value(a: ArgSpec) -> Any:
     if a.type == "constexpr":
         return a.spec
+    if a.type.startswith("tensordesc<"):
+        return stand_in_descriptor(a.type)
     if a.type.startswith("*"):
         return stand_in(a.type, a.spec)
     if a.type in ("i32", "u32", "i64", "u64"):

@@ -172,20 +172,22 @@ def _record_specs(family: str, key, config, inputs: dict, target: str) -> set[tu
 
 
 @pytest.mark.parametrize("target", ["gfx950", "sm_90"])
-@pytest.mark.parametrize("family,bucket,pools", [
-    ("decode", Bucket("T", 1, 4), ("comp_cache", "win_cache")),
-    ("logits", Bucket("B", 1, 3, 200), ("cache",)),
+@pytest.mark.parametrize("family,bucket,pools,formats,over", [
+    ("decode", Bucket("T", 1, 4), ("comp_cache", "win_cache"), ("nvfp4_288", "fp8_528"), {}),
+    ("logits", Bucket("B", 1, 3, 200), ("cache",), ("mxfp4_68", "fp8"), {}),
+    # fp8 records by tensor-descriptor loads: the descriptor is an argument of its own kind.
+    ("logits", Bucket("B", 1, 3, 200), ("cache",), ("fp8_132", "fp8"), {"LOADS": "descriptor", "num_stages": 3}),
 ])
-def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...], target: str) -> None:
+def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...],
+                                             formats: tuple[str, str], over: dict, target: str) -> None:
     """Decode and logits on real argument sets: every size of the bucket, each pool small, or a
     small view of a storage over 2 GiB; what Triton specialises must be among the keys."""
     from tuner.kernels import get_family
     from tuner.keys import make_key
 
-    formats = ("nvfp4_288", "fp8_528") if family == "decode" else ("mxfp4_68", "fp8")
     key = make_key(family, target, 64 if family == "logits" else 16, 512, 128 if family == "decode" else 0, formats)
     fam = get_family(family)
-    cfg = fam.default_config(key)
+    cfg = fam.default_config(key).replace(**over)
     keys = keys_for(family, key, cfg, bucket, target)
     specs = {(k.fn, tuple((a.name, a.type, a.spec) for a in k.args)) for k in keys}
     seen: set[tuple] = set()
@@ -200,6 +202,8 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
             assert not missing, f"{family} {target} n={n} ctx={ctx} pools over 2 GiB {big}: no key for {sorted(missing)[0]}"
             seen |= real
     assert seen == specs, f"keys never hit: {specs - seen}"
+    if over.get("LOADS") == "descriptor":
+        assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {"tensordesc<u8[1, 64, 128]>"}
     if target == "gfx950":
         # Each pool's pointer comes in both pointer-range classes; NVIDIA has no such class.
         for k in keys:
@@ -210,3 +214,32 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
 
 def _ptr(family: str) -> str:
     return "comp_ptr" if family == "decode" else "cache_ptr"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU to compile for and launch on")
+def test_gpu_descriptor_keys_warm_every_launch_over_2gib() -> None:
+    # fp8_132 logits with descriptor loads: warm() compiles the keys (a stand-in descriptor over a
+    # meta tensor), then real launches at every size of the bucket, on a pool over 2 GiB and a
+    # small one, compile nothing.
+    from tuner.kernels import get_family
+    from tuner.keys import make_key
+    from tuner.warmup import warm
+
+    fam = get_family("logits")
+    key = make_key("logits", "sm_90", 64, 512, 0, ("fp8_132", "fp8"))
+    cfg = fam.default_config(key).replace(LOADS="descriptor", num_stages=3)
+    bucket = Bucket("B", 1, 3, 200)
+    keys = keys_for("logits", key, cfg, bucket, "sm_90")
+    rendered = fam.render(key, cfg)
+    report = warm(keys, {rendered.source_hash: rendered.source})
+    assert report.compiled >= 1
+    for n in range(1, 4):
+        inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
+        pb = inp["cache"].shape[1]
+        big = torch.empty(2**31 // pb + 8, pb, dtype=torch.uint8, device="cuda")
+        big[: inp["cache"].shape[0]] = inp["cache"]
+        with no_compiles():
+            for cache in (inp["cache"], big):
+                fam.run(key, cfg, dict(inp, cache=cache))
+        torch.cuda.synchronize()
+        del big

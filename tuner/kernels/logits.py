@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
@@ -122,6 +123,8 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             return f"{acc} fp32 scores per program need more than 128 registers a thread at {c['num_warps']} warps"
         if c["QT"] * c["HEADS"] > 256:
             return "more than 256 dot rows per program"
+        if c["LOADS"] == "descriptor" and (c["PAGE_LOOKUP"] != "tile" or c["PREFETCH"]):
+            return "LOADS=descriptor loads whole tiles of one page (PAGE_LOOKUP=tile), pipelined by Triton (no PREFETCH)"
         if c["PREFETCH"] and c["dot"] == "scaled" and f.elem == "e2m1":
             # Correct under the interpreter, wrong on sm_90 with Triton 3.6 (relative errors ~10 at
             # every B, keys_m and heads_m; fp8_132's scaled path with PREFETCH is right):
@@ -149,6 +152,14 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # before them). Only matters with TILES > 1. Slower on the H200 wherever timed
             # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
             Param("PREFETCH", (0, 1), 0),
+            # How a tile's data rows are read: "gather" (a load per key row, into registers) or
+            # "descriptor" (fp8 records: the tile as one tensor-descriptor load of its page's rows;
+            # on NVIDIA sm_90+ a TMA copy that Triton's pipeliner stages through shared memory; on
+            # AMD the launcher gathers, see `logits`). The gathered fp8_132 rows alone ran at 3.3 of
+            # 4.3 TB/s on the H200, with nothing in flight while a tile's dots ran; with TMA and
+            # num_stages=3, B=64 x 64K took 166 us against 202 (2026-11-29, logits_tma.md).
+            # (e2m1 records: "gather" only; their chunk loads are not ported.)
+            Param("LOADS", ("gather", "descriptor") if f.elem != "e2m1" else ("gather",), "gather"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
         ),
@@ -242,8 +253,8 @@ def logits(
     elif out.dtype != torch.float32 or tuple(out.shape) != (t, max_len) or not out.is_contiguous() or out.device != dev:
         raise ValueError(f"out must be a contiguous fp32[{t}, {max_len}] on {dev}")
     cfg = config or default_config(f, qdt, hi)
-    # Configs tuned before the MMA and PREFETCH axes existed meant what the kernel did then.
-    cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, **cfg.as_dict()})
+    # Configs tuned before the MMA, PREFETCH and LOADS axes existed meant what the kernel did then.
+    cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, "LOADS": "gather", **cfg.as_dict()})
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
@@ -256,13 +267,20 @@ def logits(
         raise ValueError("block_table must have at least one sequence and one page column")
     mod = R.load(render_variant(f, cfg["dot"], cfg["backend"]))
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
+    tile_lookup = cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
+    # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
+    # 16-byte multiples: any page size divisible by 4), on NVIDIA (and the interpreter); elsewhere
+    # the same config gathers. On AMD Triton lowers descriptor loads to buffer loads, whose 32-bit
+    # offsets a KV pool over 2 GiB would overflow (compiled in the cross-compile table, never run).
+    desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0 and detect().backend != "hip"
+    k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.dims], [pb, f.dims, 1], [1, bn, f.dims]) if desc else cache
     grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
     mod.logits_kernel[grid](
-        q, w, cache, block_table, seq_of, k_start, k_end, out,
+        q, w, cache, k_desc, block_table, seq_of, k_start, k_end, out,
         t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
-        TILE_LOOKUP=cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0, Q_FP8=qdt == "fp8",
-        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]),
+        TILE_LOOKUP=tile_lookup, Q_FP8=qdt == "fp8",
+        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]), DESC=desc,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
@@ -454,22 +472,24 @@ def logits_bytes(key: ProblemKey, bucket: Bucket) -> int:
 
 
 def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, detail: str) -> XCompileCase:
+    desc = cfg.get("LOADS", "gather") == "descriptor"
     return XCompileCase(
         variant=variant_name(dot, backend),
         rendered=render_variant(fmt, dot, backend),
         kernel_name="logits_kernel",
         signature={
             "q_ptr": "*fp8e4nv" if q_dtype == "fp8" else "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8",
+            "k_desc": f"tensordesc<u8[1, {cfg['BLOCK_N']}, {get_format(fmt).dims}]>" if desc else "*u8",
             "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
             "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
             "HEADS": "constexpr", "TILE_LOOKUP": "constexpr", "Q_FP8": "constexpr", "KEYS_M": "constexpr",
-            "PREFETCH": "constexpr",
+            "PREFETCH": "constexpr", "DESC": "constexpr",
         },
         constexprs={
             "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
             "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
-            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m", "PREFETCH": bool(cfg.get("PREFETCH", 0)),
+            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m", "PREFETCH": bool(cfg.get("PREFETCH", 0)), "DESC": desc,
         },
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
@@ -493,12 +513,13 @@ class _LogitsFamily:
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
-        return (frozenset({"cache_ptr"}),)
+        return (frozenset({"cache_ptr", "k_desc"}),)  # k_desc: the cache again, unless a descriptor
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
         fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot),
-        the heads-on-M orientation and PREFETCH of the fp8 and scaled paths."""
+        the heads-on-M orientation and PREFETCH of the fp8 and scaled paths, and fp8_132 with
+        descriptor loads."""
         cases = []
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
@@ -516,6 +537,9 @@ class _LogitsFamily:
             cfg = default_config(fmt, "fp8").replace(dot=dot)
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(MMA="heads_m"), f"{fmt} q=fp8 heads_m"))
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(PREFETCH=1), f"{fmt} q=fp8 prefetch"))
+        # fp8 records' tiles by tensor-descriptor loads (TMA on NVIDIA), as measured fastest.
+        cfg = default_config("fp8_132", "fp8").replace(LOADS="descriptor", TILES=16, num_stages=3)
+        cases.append(_xcompile_case("fp8_132", "fp8", "soft", "fp8", cfg, "fp8_132 q=fp8 descriptor"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:

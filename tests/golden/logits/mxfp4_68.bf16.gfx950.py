@@ -76,7 +76,8 @@ def _pages(bt_ptr, seq, tile_pages, i, j, lo, hi, max_pages, more, PAGE: tl.cons
 
 
 @triton.jit
-def _fetch_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+             DESC: tl.constexpr):
     # Gather the tile's records (data rows, then scale rows of each key's page) as raw bytes and
     # words; _decode_k turns them into the dot's K operands. 64-bit offsets: a KV pool is
     # routinely larger than 2 GiB.
@@ -92,12 +93,16 @@ def _fetch_k(cache_ptr, page, j, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i, j0, jj, lo, hi, max_pages, more, page_bytes,
-                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr):
+def _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages, more, page_bytes,
+                PAGE: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr,
+                DESC: tl.constexpr):
     # Keys j0 + jj of tile i: which are present (see _pages), and their records' raw bytes (see _fetch_k).
     page, ok = _pages(bt_ptr, seq, tile_pages, i, j0 + jj, lo, hi, max_pages, more, PAGE, BLOCK_N, TILES,
                       TILE_LOOKUP)
-    kb, sw = _fetch_k(cache_ptr, page, j0 + jj, ok, page_bytes, PAGE, BLOCK_N)
+    tile_page = 0
+    if DESC:  # (DESC implies TILE_LOOKUP) the tile's page, as a scalar coordinate
+        tile_page = tl.sum(tl.where(tl.arange(0, TILES) == i, tile_pages, 0), axis=0)
+    kb, sw = _fetch_k(cache_ptr, k_desc, page, tile_page, j0 + jj, j0, ok, page_bytes, PAGE, BLOCK_N, DESC)
     return ok, kb, sw
 
 
@@ -150,11 +155,11 @@ def _heads(
 
 @triton.jit
 def _program(
-    q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
+    q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
     t_vec, base, n_tokens, max_len, max_pages, page_bytes,
     R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
     TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, DESC: tl.constexpr,
 ):
     # Keys [base, base + TILES * BLOCK_N) for R query tokens of one sequence: every output element
     # of that block is written, -inf outside each token's [k_start, k_end).
@@ -176,8 +181,8 @@ def _program(
             q0, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
         tile_pages = _tile_pages(bt_ptr, seq, base, max_pages, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         if PREFETCH:
-            ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
-                                        page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
+            ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
+                                        page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
         for i in range(TILES):
             j0 = base + i * BLOCK_N
             j = j0 + jj
@@ -186,11 +191,11 @@ def _program(
                 # this tile's dots, so their latency hides behind them (nothing past the last tile).
                 tile_ok = ok
                 k0 = _decode_k(kb, sw, BLOCK_N)
-                ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i + 1, j0 + BLOCK_N, jj, lo, hi,
-                                            max_pages, i + 1 < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
+                ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i + 1, j0 + BLOCK_N, jj, lo, hi,
+                                            max_pages, i + 1 < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
             else:
-                tile_ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, seq, tile_pages, i, j0, jj, lo, hi, max_pages,
-                                                 i < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
+                tile_ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages,
+                                                 i < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
                 k0 = _decode_k(kb, sw, BLOCK_N)
             if HEADS == HI:
                 acc = _heads(q0, w, k0, R, HEADS, BLOCK_N, Q_FP8, KEYS_M)
@@ -215,6 +220,7 @@ def logits_kernel(
     q_ptr,  # [T, HI, dims] bf16 or fp8 e4m3, contiguous
     w_ptr,  # [T, HI] fp32, contiguous
     cache_ptr,  # uint8, pages of page_bytes
+    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DIMS] (else cache_ptr again, unused)
     bt_ptr,  # [B, max_pages] int32, contiguous; -1 = no page
     seq_ptr,  # [T] int32
     ks_ptr,  # [T] int32
@@ -234,14 +240,15 @@ def logits_kernel(
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
     PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
+    DESC: tl.constexpr,  # fp8 records: each tile's data rows by one tensor-descriptor load (see _fetch_k)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.
     base = tl.program_id(0) * (TILES * BLOCK_N)
     t0 = tl.program_id(1) * QT
     if QT == 1:
-        _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
-                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
+        _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
+                 n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
     else:
         t_vec = t0 + tl.arange(0, QT)
         t_ok = t_vec < n_tokens
@@ -250,11 +257,11 @@ def logits_kernel(
         same = tl.sum((t_ok & (sq != s0)).to(tl.int32), axis=0) == 0
         if same:
             # Prefill: the QT tokens share their sequence's K tiles, one dot of QT * HEADS rows.
-            _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
-                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
+            _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
+                     n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
         else:
             # A group straddling sequences: each token on its own.
             for g in tl.static_range(QT):
-                _program(q_ptr, w_ptr, cache_ptr, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
+                _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
                          base, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
-                         TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH)
+                         TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
