@@ -11,6 +11,7 @@ dequantize-and-attend baseline at T=64 for context.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -130,6 +131,9 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
     # The measured winners so far (H200, 2026-11-29: prefetch at T >= 8, apart at T <= 4, 64-key
     # blocks at T >= 16) combined; static sm_90: 64 keys + prefetch spill 108 B, 160 KB shared.
     out += [d.replace(BLOCK_N=64, PREFETCH=1), d.replace(LISTS="apart", PREFETCH=1)]
+    # The same with e2m1 decoded by prmt tables, where the pair has e2m1 and the target has PTX.
+    if "lut" in cfg_backends(*pair) and device.type == "cuda" and not e2m1_backend_legality("lut", detect().name):
+        out += [c.replace(backend="lut") for c in (d.replace(BLOCK_N=64, PREFETCH=1), d.replace(LISTS="apart", PREFETCH=1), d)]
     out += [d.replace(NUM_SPLITS=sp) for sp in (auto // 2, auto * 2) if 1 <= sp <= MAX_SPLITS]
     out += [d.replace(BLOCK_N=bn, MMA=mma, num_warps=nw, num_stages=ns) for bn, mma, nw, ns in structs]
     return list(dict.fromkeys(out))
@@ -319,13 +323,34 @@ def _markdown(p: dict[str, Any]) -> str:
     ]
     for r in p["per_T"]:
         bc = r["best_config"] or {}
-        cfg = (f"N{bc.get('BLOCK_N')} S{bc.get('NUM_SPLITS')} {bc.get('MMA')} {bc.get('LISTS', 'both')}/"
+        cfg = (f"{bc.get('backend', 'soft')} N{bc.get('BLOCK_N')} S{bc.get('NUM_SPLITS')} {bc.get('MMA')} {bc.get('LISTS', 'both')}/"
                f"{bc.get('COMBINE', 'kernel')}{' prefetch' if bc.get('PREFETCH') else ''} w{bc.get('num_warps')} "
                f"s{bc.get('num_stages')}") if bc else "-"
         lines.append(f"| {r['T']} | {_f(r['default_us'])} | {_f(r['best_us'])} | {cfg} | {_f(r['floor_us'])} | "
                      f"{_f(r['fp8_584_default_us'])} | {_f(r['fp8_584_best_us'])} | {_f(r['fp8_584_floor_us'])} |")
     lines += ["", f"torch eager dequantize-and-attend at T={p['eager_T']}: {p['eager_us']:.1f} us.", ""]
+    lines += _backend_pairs(p)
     return "\n".join(lines)
+
+
+def _backend_pairs(p: dict[str, Any]) -> list[str]:
+    """Swept configs timed with both e2m1 backends in this run: soft vs lut, same config, same T."""
+    rows = []
+    for r in p["per_T"]:
+        by = {}
+        for row in r.get("sweep", []):
+            c = dict(row["config"])
+            if row.get("us") is not None:
+                by[(c.pop("backend"), json.dumps(c, sort_keys=True))] = row["us"]
+        for (backend, key), us in sorted(by.items()):
+            if backend == "lut" and ("soft", key) in by:
+                c = json.loads(key)
+                name = f"N{c['BLOCK_N']} {c['LISTS']}{' prefetch' if c['PREFETCH'] else ''}"
+                rows.append(f"| {r['T']} | {name} | {_f(by[('soft', key)])} | {_f(us)} | {by[('soft', key)] / us:.2f} |")
+    if not rows:
+        return []
+    return ["## e2m1 decode: soft vs lut (same config, same run)", "",
+            "| T | config | soft us | lut us | soft / lut |", "|---|---|---|---|---|", *rows, ""]
 
 
 if __name__ == "__main__":

@@ -213,6 +213,7 @@ def test_legality_table() -> None:
         for target in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
             assert FAMILY.legality(variant, target) == e2m1_backend_legality(variant, target)
     assert FAMILY.legality("soft", "sm_90") is None and FAMILY.legality("ptx", "sm_90")
+    assert FAMILY.legality("lut", "sm_90") is None and FAMILY.legality("lut", "gfx950") and FAMILY.legality("lut", "interp")
 
 
 @pytest.mark.parametrize("pair", ISSUE_PAIRS, ids=["+".join(p) for p in ISSUE_PAIRS])
@@ -224,12 +225,13 @@ def test_rendered_sources_match_golden(pair: tuple[str, str]) -> None:
 
 def test_xcompile_table_matches_the_issue() -> None:
     """soft compiles on all four GPU targets; ptx (e2m1 decode via cvt.rn.f16x2.e2m1x2) only on
-    sm_100; gfx950 (v_cvt_scalef32_pk_f32_fp4) only on gfx950 -- for the main kernel of every issue
-    pair, its split build, and the combine kernel."""
+    sm_100; gfx950 (v_cvt_scalef32_pk_f32_fp4) only on gfx950; lut (prmt tables) on both NVIDIA
+    targets -- for the main kernel of every issue pair, its split build, and the combine kernel."""
     out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "decode", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
-    expect = {"soft": {"sm_90", "sm_100", "gfx942", "gfx950"}, "ptx": {"sm_100"}, "gfx950": {"gfx950"}}
+    expect = {"soft": {"sm_90", "sm_100", "gfx942", "gfx950"}, "ptx": {"sm_100"}, "gfx950": {"gfx950"},
+              "lut": {"sm_90", "sm_100"}}
     seen: set[tuple[str, str, str]] = set()
     for r in rows:
         assert r["kernel"] == "decode"

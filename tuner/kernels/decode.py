@@ -21,7 +21,7 @@ import triton
 from tuner import render as R
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes, quantize, write_slots
-from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
+from tuner.kernels.base import (E2M1_READ_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
                                  e2m1_backend_legality, sm_count)
 from tuner.reference import compare, decode_reference
 from tuner.targets import detect, interpreting
@@ -56,7 +56,7 @@ def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
 def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
     """The decode search space for one record pair. The e2m1 backend is an axis only where a side
     has e2m1 elements (elsewhere the rendered module has no e2m1 code)."""
-    backends = E2M1_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
+    backends = E2M1_READ_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
 
     def _fits(c: Config) -> str | None:
         # fp32 K tiles double the shared memory and registers of the dot operands.
@@ -116,8 +116,8 @@ def default_config(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
 
 def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, backend: str) -> R.Rendered:
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
-    if backend not in E2M1_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_BACKENDS)}")
+    if backend not in E2M1_READ_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_READ_BACKENDS)}")
     if not has_e2m1(c, w):
         backend = "soft"  # nothing to decode: every backend renders the same module
     return R.render(TEMPLATE, {"comp": c, "win": w, "e2m1_backend": backend})
@@ -491,7 +491,7 @@ class _DecodeFamily:
     template = TEMPLATE
 
     def variants(self) -> Sequence[str]:
-        return E2M1_BACKENDS
+        return E2M1_READ_BACKENDS
 
     def legality(self, variant: str, target: str) -> str | None:
         # The fp8 readers use Triton's fp8e4nv conversion, which every GPU target lowers; the only
