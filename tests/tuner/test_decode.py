@@ -367,3 +367,26 @@ def test_combine_merges_any_number_of_partials(parts: int, heads: int, sms: int,
     live = torch.isfinite(want_lse)
     assert torch.allclose(lse.cpu()[live].double(), want_lse[live], rtol=1e-5, atol=1e-5)
     assert bool((o[1, 0] == 0).all())
+
+
+def test_lut_backend_asm_gives_the_fp32_of_every_e2m1_nibble() -> None:
+    # lut cannot run under the interpreter (inline PTX): its asm, as rendered, is executed
+    # instruction by instruction on every byte value in every byte position; each nibble must come
+    # out as the fp32 bits of its e2m1 value (element 2i from the low nibble in $0..$3, 2i+1 from
+    # the high nibble in $4..$7), the signed zero included.
+    import random
+    import struct
+
+    from tests.ptx_emulation import asm_of, run_ptx
+
+    asm, constraints, pack = asm_of(render_variant("nvfp4_288", "fp8_528", "lut").source)
+    assert constraints == "=r,=r,=r,=r,=r,=r,=r,=r,r" and pack == 4
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+    bits = [struct.unpack("<I", struct.pack("<f", v))[0] for v in e2m1]
+    words = [b * 0x01010101 for b in range(256)] + [random.Random(1).getrandbits(32) for _ in range(2000)]
+    for x in words:
+        out = run_ptx(asm, {"$8": x})
+        for j in range(4):
+            byte = (x >> (8 * j)) & 0xFF
+            assert out[f"${j}"] == bits[byte & 0xF], (hex(x), j, "low nibble")
+            assert out[f"${4 + j}"] == bits[byte >> 4], (hex(x), j, "high nibble")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.golden_files import check_golden
+from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
 from tuner.kernels.logits import (
     FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key, make_query,
@@ -298,61 +299,19 @@ def test_probe_contexts_reach_every_class_pair() -> None:
     assert probe_contexts(65536, 64) == [1, 2, 16, 65471, 65472, 65535, 65536]
 
 
-def _run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
-    """Execute the few PTX integer instructions the fp8lut lookup uses (mov, and, or, shl, shr.u32,
-    prmt without mode) on 32-bit values, as the PTX ISA defines them. `$n` operands are registers."""
-    def val(tok: str) -> int:
-        tok = tok.strip()
-        return regs[tok] if tok in regs else int(tok, 0)
-
-    for line in asm.splitlines():
-        line = line.strip().rstrip(";")
-        if not line or line[0] in "{}" or line.startswith(".reg"):
-            continue
-        op, _, rest = line.partition(" ")
-        d, *src = [t.strip() for t in rest.split(",")]
-        a = [val(t) for t in src]
-        if op == "mov.b32":
-            r = a[0]
-        elif op == "and.b32":
-            r = a[0] & a[1]
-        elif op == "or.b32":
-            r = a[0] | a[1]
-        elif op == "shl.b32":
-            r = a[0] << a[1]
-        elif op == "shr.u32":
-            r = a[0] >> a[1]
-        elif op == "prmt.b32":
-            pool = [(a[0] >> (8 * i)) & 0xFF for i in range(4)] + [(a[1] >> (8 * i)) & 0xFF for i in range(4)]
-            r = 0
-            for k in range(4):
-                sel = (a[2] >> (4 * k)) & 0xF
-                byte = pool[sel & 7]
-                r |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * k)
-        else:
-            raise AssertionError(f"unexpected PTX instruction {op!r}: the emulation must learn it")
-        regs[d] = r & 0xFFFFFFFF
-    return regs
-
-
 def test_fp8lut_lookup_asm_gives_the_e4m3_code_of_every_e2m1_nibble() -> None:
     # fp8lut cannot run under the interpreter (inline asm): its PTX, as rendered, is executed here
     # instruction by instruction on every byte value in every byte position, against the e4m3 code
     # of each nibble's e2m1 value (torch's float8_e4m3fn as the judge).
-    import ast
     import random
 
-    src = render_variant("mxfp4_68", "fp8lut").source
-    call = next(n for n in ast.walk(ast.parse(src))
-                if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "inline_asm_elementwise")
-    kw = {k.arg: k.value for k in call.keywords}
-    asm = ast.literal_eval(kw["asm"])
-    assert ast.literal_eval(kw["constraints"]) == "=r,=r,r" and ast.literal_eval(kw["pack"]) == 4
+    asm, constraints, pack = asm_of(render_variant("mxfp4_68", "fp8lut").source)
+    assert constraints == "=r,=r,r" and pack == 4
     e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
     code = e2m1.to(torch.float8_e4m3fn).view(torch.uint8).tolist()  # nibble -> e4m3 byte
     words = [b * 0x01010101 for b in range(256)] + [random.Random(0).getrandbits(32) for _ in range(2000)]
     for x in words:
-        out = _run_ptx(asm, {"$2": x})
+        out = run_ptx(asm, {"$2": x})
         for j in range(4):
             byte = (x >> (8 * j)) & 0xFF
             assert (out["$0"] >> (8 * j)) & 0xFF == code[byte & 0xF], (hex(x), j, "low nibble")
