@@ -61,15 +61,16 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
         heads_m.replace(dot="scaled", BLOCK_N=128, PREFETCH=1),
         # More tiles per program now that their pages come in one block-table read.
         keys_m.replace(TILES=8), keys_m.replace(TILES=16), heads_m.replace(dot="scaled", BLOCK_N=128, TILES=8),
-        # fp8 records by tensor-descriptor loads (TMA), pipelined 2 and 3 deep (dropped for mxfp4_68).
+        # Tiles by tensor-descriptor loads (TMA), pipelined 2 and 3 deep; mxfp4_68 on its fp8lut path.
         keys_m.replace(LOADS="descriptor", TILES=16), keys_m.replace(LOADS="descriptor", TILES=16, num_stages=3),
         keys_m.replace(LOADS="descriptor", TILES=8, num_stages=3),
+        keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8lut"), keys_m.replace(LOADS="descriptor", TILES=8, dot="fp8lut", num_stages=3),
     ]
     if prefill:
         picks = [keys_m.replace(QT=2, dot="fp8lut"), heads_m.replace(QT=2), keys_m.replace(QT=2),
                  keys_m.replace(QT=2, BLOCK_N=128, num_warps=8), keys_m.replace(QT=4, num_warps=8), keys_m.replace(QT=2, dot="scaled"),
                  keys_m.replace(QT=2, PREFETCH=1), keys_m.replace(QT=2, TILES=8, PREFETCH=1),
-                 keys_m.replace(QT=2, LOADS="descriptor", num_stages=3)]
+                 keys_m.replace(QT=2, LOADS="descriptor", num_stages=3), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8lut")]
     if smoke:
         picks = [d.replace(BLOCK_N=32, TILES=2)]
     if given is not None:

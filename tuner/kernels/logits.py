@@ -153,13 +153,13 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
             Param("PREFETCH", (0, 1), 0),
             # How a tile's data rows are read: "gather" (a load per key row, into registers) or
-            # "descriptor" (fp8 records: the tile as one tensor-descriptor load of its page's rows;
-            # on NVIDIA sm_90+ a TMA copy that Triton's pipeliner stages through shared memory; on
-            # AMD the launcher gathers, see `logits`). The gathered fp8_132 rows alone ran at 3.3 of
+            # "descriptor" (the tile as tensor-descriptor loads of its page's rows, one per 32-dim
+            # chunk on the chunked e2m1 paths; on NVIDIA sm_90+ TMA copies that Triton's pipeliner
+            # stages through shared memory; on AMD the launcher gathers, see `logits`). The
+            # gathered fp8_132 rows alone ran at 3.3 of
             # 4.3 TB/s on the H200, with nothing in flight while a tile's dots ran; with TMA and
             # num_stages=3, B=64 x 64K took 166 us against 202 (2026-11-29, logits_tma.md).
-            # (e2m1 records: "gather" only; their chunk loads are not ported.)
-            Param("LOADS", ("gather", "descriptor") if f.elem != "e2m1" else ("gather",), "gather"),
+            Param("LOADS", ("gather", "descriptor"), "gather"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
         ),
@@ -273,7 +273,8 @@ def logits(
     # the same config gathers. On AMD Triton lowers descriptor loads to buffer loads, whose 32-bit
     # offsets a KV pool over 2 GiB would overflow (compiled in the cross-compile table, never run).
     desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0 and detect().backend != "hip"
-    k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.dims], [pb, f.dims, 1], [1, bn, f.dims]) if desc else cache
+    k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
+                              [1, bn, desc_box(f, cfg["dot"])]) if desc else cache
     grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
     mod.logits_kernel[grid](
         q, w, cache, k_desc, block_table, seq_of, k_start, k_end, out,
@@ -284,6 +285,12 @@ def logits(
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
+
+
+def desc_box(f: RecordFormat, dot: str) -> int:
+    """Bytes of a data row one descriptor load takes: the whole row, or one 32-dim chunk (16 bytes)
+    on the paths that dot e2m1 records chunk by chunk."""
+    return f.tile // 2 if f.elem == "e2m1" and dot in ("fp8", "fp8lut", "f16") else f.data_bytes
 
 
 def variant_of(config: Config) -> str:
@@ -479,7 +486,7 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
         kernel_name="logits_kernel",
         signature={
             "q_ptr": "*fp8e4nv" if q_dtype == "fp8" else "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8",
-            "k_desc": f"tensordesc<u8[1, {cfg['BLOCK_N']}, {get_format(fmt).dims}]>" if desc else "*u8",
+            "k_desc": f"tensordesc<u8[1, {cfg['BLOCK_N']}, {desc_box(get_format(fmt), dot)}]>" if desc else "*u8",
             "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
             "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
@@ -537,9 +544,12 @@ class _LogitsFamily:
             cfg = default_config(fmt, "fp8").replace(dot=dot)
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(MMA="heads_m"), f"{fmt} q=fp8 heads_m"))
             cases.append(_xcompile_case(fmt, dot, "soft", "fp8", cfg.replace(PREFETCH=1), f"{fmt} q=fp8 prefetch"))
-        # fp8 records' tiles by tensor-descriptor loads (TMA on NVIDIA), as measured fastest.
+        # Tiles by tensor-descriptor loads (TMA on NVIDIA): whole rows (fp8_132, as measured fastest)
+        # and 32-dim chunks (mxfp4_68's chunked paths).
         cfg = default_config("fp8_132", "fp8").replace(LOADS="descriptor", TILES=16, num_stages=3)
         cases.append(_xcompile_case("fp8_132", "fp8", "soft", "fp8", cfg, "fp8_132 q=fp8 descriptor"))
+        cfg = default_config("mxfp4_68", "fp8").replace(LOADS="descriptor", TILES=16, num_stages=3)
+        cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", cfg, "mxfp4_68 q=fp8 descriptor"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:

@@ -201,7 +201,7 @@ def logits_kernel(
     q_ptr,  # [T, HI, dims] bf16 or fp8 e4m3, contiguous
     w_ptr,  # [T, HI] fp32, contiguous
     cache_ptr,  # uint8, pages of page_bytes
-    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DIMS] (else cache_ptr again, unused)
+    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DATA_BYTES] (else cache_ptr again, unused)
     bt_ptr,  # [B, max_pages] int32, contiguous; -1 = no page
     seq_ptr,  # [T] int32
     ks_ptr,  # [T] int32
@@ -221,7 +221,7 @@ def logits_kernel(
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
     PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
-    DESC: tl.constexpr,  # fp8 records: each tile's data rows by one tensor-descriptor load (see _fetch_k)
+    DESC: tl.constexpr,  # each tile's data rows by tensor-descriptor loads (see _fetch_k)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.

@@ -88,7 +88,10 @@ def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl
     # multiples of 4): one 32-bit load per key.
     srow = (base + PAGE * DATA_BYTES + off * SCALE_BYTES) // 4
     sw = tl.load(cache_ptr.to(tl.pointer_type(tl.int32)) + srow, mask=ok, other=0)
-    kb = tl.load(cache_ptr + drow[:, None] + tl.arange(0, DATA_BYTES)[None, :], mask=ok[:, None], other=0)
+    if DESC:
+        kb = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 0]), [BLOCK_N, DATA_BYTES])
+    else:
+        kb = tl.load(cache_ptr + drow[:, None] + tl.arange(0, DATA_BYTES)[None, :], mask=ok[:, None], other=0)
     return kb, sw
 
 
@@ -220,7 +223,7 @@ def logits_kernel(
     q_ptr,  # [T, HI, dims] bf16 or fp8 e4m3, contiguous
     w_ptr,  # [T, HI] fp32, contiguous
     cache_ptr,  # uint8, pages of page_bytes
-    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DIMS] (else cache_ptr again, unused)
+    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DATA_BYTES] (else cache_ptr again, unused)
     bt_ptr,  # [B, max_pages] int32, contiguous; -1 = no page
     seq_ptr,  # [T] int32
     ks_ptr,  # [T] int32
@@ -240,7 +243,7 @@ def logits_kernel(
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
     PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
-    DESC: tl.constexpr,  # fp8 records: each tile's data rows by one tensor-descriptor load (see _fetch_k)
+    DESC: tl.constexpr,  # each tile's data rows by tensor-descriptor loads (see _fetch_k)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.

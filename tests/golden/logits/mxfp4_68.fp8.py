@@ -71,11 +71,18 @@ def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl
     sw = tl.load(cache_ptr.to(tl.pointer_type(tl.int32)) + srow, mask=ok, other=0)
     # Chunk c of 32 dims is bytes 16c..16c+15 of the row, and its ue8m0 scale is byte c of the
     # scale word.
-    cb = tl.arange(0, CHUNK // 2)
-    b0 = tl.load(cache_ptr + drow[:, None] + (cb + 0 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
-    b1 = tl.load(cache_ptr + drow[:, None] + (cb + 1 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
-    b2 = tl.load(cache_ptr + drow[:, None] + (cb + 2 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
-    b3 = tl.load(cache_ptr + drow[:, None] + (cb + 3 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+    if DESC:
+        # One descriptor load per chunk: boxes of [BLOCK_N, CHUNK // 2] bytes (see the fp8 branch).
+        b0 = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 0 * (CHUNK // 2)]), [BLOCK_N, CHUNK // 2])
+        b1 = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 1 * (CHUNK // 2)]), [BLOCK_N, CHUNK // 2])
+        b2 = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 2 * (CHUNK // 2)]), [BLOCK_N, CHUNK // 2])
+        b3 = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 3 * (CHUNK // 2)]), [BLOCK_N, CHUNK // 2])
+    else:
+        cb = tl.arange(0, CHUNK // 2)
+        b0 = tl.load(cache_ptr + drow[:, None] + (cb + 0 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+        b1 = tl.load(cache_ptr + drow[:, None] + (cb + 1 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+        b2 = tl.load(cache_ptr + drow[:, None] + (cb + 2 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
+        b3 = tl.load(cache_ptr + drow[:, None] + (cb + 3 * (CHUNK // 2))[None, :], mask=ok[:, None], other=0)
     return b0, b1, b2, b3, sw
 
 
@@ -232,7 +239,7 @@ def logits_kernel(
     q_ptr,  # [T, HI, dims] bf16 or fp8 e4m3, contiguous
     w_ptr,  # [T, HI] fp32, contiguous
     cache_ptr,  # uint8, pages of page_bytes
-    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DIMS] (else cache_ptr again, unused)
+    k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DATA_BYTES] (else cache_ptr again, unused)
     bt_ptr,  # [B, max_pages] int32, contiguous; -1 = no page
     seq_ptr,  # [T] int32
     ks_ptr,  # [T] int32
@@ -252,7 +259,7 @@ def logits_kernel(
     Q_FP8: tl.constexpr,
     KEYS_M: tl.constexpr,  # keys on the MMA's M side (see _heads)
     PREFETCH: tl.constexpr,  # the next tile's loads go out before this tile's dots (see _program)
-    DESC: tl.constexpr,  # fp8 records: each tile's data rows by one tensor-descriptor load (see _fetch_k)
+    DESC: tl.constexpr,  # each tile's data rows by tensor-descriptor loads (see _fetch_k)
 ):
     # Axis 0: blocks of TILES * BLOCK_N keys (neighbouring programs share a query, which stays in
     # L2); axis 1: groups of QT query tokens.
