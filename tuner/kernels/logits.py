@@ -2,7 +2,9 @@
 fp8_132 K cache (FORMATS.md "logits").
 
 A program takes QT query tokens (of one sequence) against TILES tiles of BLOCK_N consecutive keys:
-it loads the query once, gathers each tile's records through the block table, turns them into dot
+it loads the query once, reads each tile's records through the block table (gathered row by row,
+or with LOADS=descriptor as tensor-descriptor loads: TMA copies on NVIDIA, which Triton pipelines
+through shared memory), turns them into dot
 operands (the `dot` variant axis: e4m3 codes for an fp8 tensor-core dot with per-32-dim scales
 applied to the partial products, built with integer ops (fp8) or byte-permute table lookups
 (fp8lut, NVIDIA), bf16 values for a bf16 dot, or the raw nibbles and scales for `tl.dot_scaled`),
