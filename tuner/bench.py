@@ -490,7 +490,9 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
     pairs = [(a.name, b.name) for a, b in zip(space.params, space.params[1:])]
     table = new_table(key, family, key.arch, {"device_name": "synthetic", "timing": "synthetic"}, synthetic=True,
                       space=space.to_json())
-    configs = [c for c in space.grid() if fam.legality(fam.variant_of(c), key.arch) is None]
+    from tuner.kernels.base import config_legality
+
+    configs = [c for c in space.grid() if config_legality(fam, c, key.arch) is None]
     for b in buckets:
         brng = random.Random(f"{seed}/{b.name()}")
         bfac = {k: v * brng.lognormvariate(0, 0.15) for k, v in factor.items()}
@@ -679,6 +681,7 @@ class _Child:
         import traceback
 
         from tuner.kernels import get_family
+        from tuner.kernels.base import config_legality
 
         t0 = time.monotonic()
         c = Candidate.from_json(req["candidate"])
@@ -695,7 +698,7 @@ class _Child:
             return f"{type(e).__name__}: {e}\n" + "".join(tb[-3:])
 
         fam = get_family(c.family)
-        why = fam.legality(fam.variant_of(c.config), self.target.name)
+        why = config_legality(fam, c.config, self.target.name)
         if why:
             return fail(TrialStatus.ILLEGAL_ON_ARCH, why)
         self.phase("render")

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from tuner.kernels.base import XCompileCase
+from tuner.kernels.base import XCompileCase, config_legality
 
 COMPILE_TIMEOUT_S = 180.0
 
@@ -218,7 +218,7 @@ def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeou
     if target == "interp":
         return CandidateCompile(status="nothing_to_compile")
     fam = get_family(family)
-    illegal = fam.legality(fam.variant_of(config), target)
+    illegal = config_legality(fam, config, target)
     if illegal:
         # Never hand a wrong-vendor variant to a compiler: it can abort the process.
         return CandidateCompile(status="illegal_on_arch", error=illegal)

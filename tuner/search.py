@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.base import KernelFamily, Space
+from tuner.kernels.base import KernelFamily, Space, config_legality
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
 if TYPE_CHECKING:
@@ -79,14 +79,14 @@ def _grid_order(space: Space, default: Config) -> Iterator[Config]:
 def _count_runnable(space: Space, fam: KernelFamily, target: str) -> int | None:
     if math.prod(len(p.choices) for p in space.params) > _EXHAUST_LIMIT:
         return None
-    return sum(1 for c in space.grid() if fam.legality(fam.variant_of(c), target) is None)
+    return sum(1 for c in space.grid() if config_legality(fam, c, target) is None)
 
 
 def _why_pruned(space: Space, fam: KernelFamily, target: str, config: Config) -> str | None:
     why = space.infeasible(config)
     if why:
         return f"infeasible: {why}"
-    illegal = fam.legality(fam.variant_of(config), target)
+    illegal = config_legality(fam, config, target)
     return f"illegal on {target}: {illegal}" if illegal else None
 
 

@@ -317,6 +317,23 @@ def test_fp8lut_lookup_asm_gives_the_e4m3_code_of_every_e2m1_nibble() -> None:
             assert (out["$1"] >> (8 * j)) & 0xFF == code[byte >> 4], (hex(x), j, "high nibble")
 
 
+def test_descriptor_loads_are_nvidia_only() -> None:
+    # TMA tiles: legal on NVIDIA and the interpreter; on AMD the search prunes them before any GPU
+    # time, and the launcher refuses them (Triton's buffer-load lowering takes 32-bit offsets).
+    from tuner.compile import compile_candidate
+    from tuner.kernels.base import config_legality
+
+    cfg = default_config("fp8_132", "fp8").replace(LOADS="descriptor")
+    for target in ("sm_90", "sm_100", "interp"):
+        assert config_legality(FAMILY, cfg, target) is None
+    for target in ("gfx942", "gfx950"):
+        assert "NVIDIA" in config_legality(FAMILY, cfg, target)
+        assert config_legality(FAMILY, cfg.replace(LOADS="gather"), target) is None
+    assert compile_candidate("logits", logits_key("fp8_132", "fp8"), cfg, "gfx950").status == "illegal_on_arch"
+    # A variant's own illegality still comes through (fp8lut is PTX).
+    assert config_legality(FAMILY, default_config("mxfp4_68", "fp8").replace(dot="fp8lut"), "gfx950")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with room for a > 2 GiB KV pool")
 def test_pool_over_2gib_gathered_and_by_descriptor(device: str) -> None:
     # fp8_132 pages past 2 GiB into the pool (64-bit offsets; the descriptor's page coordinate),

@@ -171,13 +171,16 @@ def _record_specs(family: str, key, config, inputs: dict, target: str) -> set[tu
     return out
 
 
-@pytest.mark.parametrize("target", ["gfx950", "sm_90"])
-@pytest.mark.parametrize("family,bucket,pools,formats,over", [
+_READERS = [
     ("decode", Bucket("T", 1, 4), ("comp_cache", "win_cache"), ("nvfp4_288", "fp8_528"), {}),
     ("logits", Bucket("B", 1, 3, 200), ("cache",), ("mxfp4_68", "fp8"), {}),
-    # fp8 records by tensor-descriptor loads: the descriptor is an argument of its own kind.
-    ("logits", Bucket("B", 1, 3, 200), ("cache",), ("fp8_132", "fp8"), {"LOADS": "descriptor", "num_stages": 3}),
-])
+]
+# Tiles by tensor-descriptor loads (NVIDIA only): the descriptor is an argument of its own kind.
+_DESCRIPTOR = ("logits", Bucket("B", 1, 3, 200), ("cache",), ("fp8_132", "fp8"), {"LOADS": "descriptor", "num_stages": 3})
+
+
+@pytest.mark.parametrize("target,family,bucket,pools,formats,over",
+                         [(t, *r) for t in ("gfx950", "sm_90") for r in _READERS] + [("sm_90", *_DESCRIPTOR)])
 def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...],
                                              formats: tuple[str, str], over: dict, target: str) -> None:
     """Decode and logits on real argument sets: every size of the bucket, each pool small, or a

@@ -129,6 +129,9 @@ class KernelFamily(Protocol):
         """None when `variant` may be rendered for `target`, else the reason it may not."""
         ...
 
+    # A family may also define `config_legality(config, target) -> str | None` for parameters
+    # outside the variant that a target cannot run (see `config_legality` below).
+
     def xcompile_cases(self) -> Sequence[XCompileCase]: ...
 
     # -- tuning -------------------------------------------------------------------------------
@@ -217,3 +220,10 @@ def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors (compute units) of `device`, for launchers that size their grids
     to the GPU; INTERP_SMS off a GPU."""
     return _sm_count(device.index or 0) if device.type == "cuda" else INTERP_SMS
+
+
+def config_legality(fam: Any, config: Config, target: str) -> str | None:
+    """None when `config` may run on `target`, else why not: its variant's legality, and the
+    family's own `config_legality` where it has one (logits: LOADS=descriptor is NVIDIA's)."""
+    own = getattr(fam, "config_legality", None)
+    return own(config, target) if own is not None else fam.legality(fam.variant_of(config), target)

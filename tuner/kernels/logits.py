@@ -79,6 +79,15 @@ def legality(variant: str, target: str) -> str | None:
     return _DOT_ILLEGAL.get((dot, target)) or e2m1_backend_legality(backend, target)
 
 
+def config_legality(config: Config, target: str) -> str | None:
+    """Why `config` cannot run on `target` (None: it can): its variant's legality, and its loads.
+    Descriptor loads are TMA copies on NVIDIA; on AMD Triton lowers them to buffer loads, whose
+    32-bit offsets a KV pool over 2 GiB would overflow (they cross-compile there; never run)."""
+    if config.get("LOADS", "gather") == "descriptor" and target in ("gfx942", "gfx950"):
+        return "LOADS=descriptor (TMA) is NVIDIA's; AMD buffer loads take 32-bit offsets into a pool over 2 GiB"
+    return legality(variant_of(config), target)
+
+
 # ---------------------------------------------------------------------------------------------
 # Search space
 # ---------------------------------------------------------------------------------------------
@@ -156,11 +165,11 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             Param("PREFETCH", (0, 1), 0),
             # How a tile's data rows are read: "gather" (a load per key row, into registers) or
             # "descriptor" (the tile as tensor-descriptor loads of its page's rows, one per 32-dim
-            # chunk on the chunked e2m1 paths; on NVIDIA sm_90+ TMA copies that Triton's pipeliner
-            # stages through shared memory; on AMD the launcher gathers, see `logits`). The
-            # gathered fp8_132 rows alone ran at 3.3 of
-            # 4.3 TB/s on the H200, with nothing in flight while a tile's dots ran; with TMA and
-            # num_stages=3, B=64 x 64K took 166 us against 202 (2026-11-29, logits_tma.md).
+            # chunk on the chunked e2m1 paths: TMA copies that Triton's pipeliner stages through
+            # shared memory; NVIDIA only, see `config_legality`). Gathered, fp8_132's rows alone
+            # ran at 3.3 of 4.3 TB/s on the H200, nothing in flight while a tile's dots ran; by
+            # descriptor with num_stages=3, B=64 x 64K took 163 us against 208 (2026-11-29,
+            # results/logits.md; mxfp4_68 fp8lut 275 against 300, logits_mxfp4_descriptor.md).
             Param("LOADS", ("gather", "descriptor"), "gather"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
@@ -260,9 +269,9 @@ def logits(
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
-    illegal = legality(variant_of(cfg), detect().name)
+    illegal = config_legality(cfg, detect().name)
     if illegal:
-        raise ValueError(f"variant {variant_of(cfg)} cannot run here: {illegal}")
+        raise ValueError(f"config {cfg.to_json()} cannot run here: {illegal}")
     if t == 0 or max_len == 0:
         return out
     if block_table.shape[0] == 0 or block_table.shape[1] == 0:
@@ -271,10 +280,8 @@ def logits(
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
     tile_lookup = cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
     # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
-    # 16-byte multiples: any page size divisible by 4), on NVIDIA (and the interpreter); elsewhere
-    # the same config gathers. On AMD Triton lowers descriptor loads to buffer loads, whose 32-bit
-    # offsets a KV pool over 2 GiB would overflow (compiled in the cross-compile table, never run).
-    desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0 and detect().backend != "hip"
+    # 16-byte multiples: any page size divisible by 4); elsewhere the same config gathers.
+    desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0
     k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
                               [1, bn, desc_box(f, cfg["dot"])]) if desc else cache
     grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
@@ -519,6 +526,9 @@ class _LogitsFamily:
     def legality(self, variant: str, target: str) -> str | None:
         return legality(variant, target)
 
+    def config_legality(self, config: Config, target: str) -> str | None:
+        return config_legality(config, target)
+
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
@@ -527,8 +537,8 @@ class _LogitsFamily:
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
         fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot),
-        the heads-on-M orientation and PREFETCH of the fp8 and scaled paths, and fp8_132 with
-        descriptor loads."""
+        the heads-on-M orientation and PREFETCH of the fp8 and scaled paths, and descriptor loads on
+        both formats."""
         cases = []
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
