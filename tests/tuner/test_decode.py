@@ -188,7 +188,7 @@ def test_space_is_data() -> None:
 def test_family_protocol(device: str) -> None:
     key = decode_key("nvfp4_288", "fp8_528", "interp", heads=16, topk=24, window=8)
     fam = FAMILY
-    assert fam.name == "decode" and list(fam.variants()) == ["soft", "ptx", "gfx950"]
+    assert fam.name == "decode" and list(fam.variants()) == ["soft", "ptx", "gfx950", "lut"]
     buckets = fam.buckets(key)
     assert buckets == list(DECODE_BUCKETS) and buckets[0].lo == 1 and buckets[-1].hi == 64
     assert all(a.hi + 1 == b.lo for a, b in zip(buckets, buckets[1:]))  # 1..64 without gaps
