@@ -232,7 +232,10 @@ def main() -> int:
     wanted = set(args.shapes.split(",")) if args.shapes else None
     decode_bs = tuple(b for b in decode_bs if wanted is None or f"B={b}" in wanted)
     prefill = wanted is None or "T" in wanted
-    sweep = lambda fmt, pre: sweep_configs(fmt, pre, target, args.smoke, args.pick)  # noqa: E731
+
+    def sweep(fmt: str, pre: bool) -> list[Config]:
+        return sweep_configs(fmt, pre, target, args.smoke, args.pick)
+
     if device == "cuda":
         # Every swept config compiled in parallel processes first (Triton's on-disk cache): one
         # at a time, compiling took most of a 300 s budget on the H200 host.
