@@ -44,8 +44,8 @@ VARIANTS = ("full", "no_gather", "no_attend", "empty", "empty_nomerge", "empty_s
 SOURCE_OF = {"empty_nomerge": "empty", "empty_s1": "empty"}  # launch changes over the module of another variant
 
 
-def variant(name: str) -> R.Rendered:
-    src = D.render_variant(*PAIR, "soft").source
+def variant(name: str, backend: str = "soft") -> R.Rendered:
+    src = D.render_variant(*PAIR, backend).source
     if name in ("no_gather", "empty"):
         for g in GATHER:
             assert g in src, g
@@ -84,15 +84,17 @@ def _time_variant(name: str, cfgs: list[str], shape: tuple[int, int, int], dev: 
     """One variant at every config and T (the caller restores the launcher's module and combine)."""
     from benchmarks.common import parse_cfg
 
-    mod = R.load(variant(SOURCE_OF.get(name, name)))
-    D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
     # empty_nomerge: the launcher's combine launch left out (COMBINE=fused merges in-kernel anyway).
     D.launch_combine = (lambda *a, **k: None) if name == "empty_nomerge" else real_combine
     rows = []
     for text in cfgs:
+        cfg0 = parse_cfg(text, D.default_config(*PAIR))
+        # The variant rendered with the config's e2m1 backend (its module is what the launcher runs).
+        mod = R.load(variant(SOURCE_OF.get(name, name), cfg0["backend"]))
+        D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
         for t in ((1, 2) if smoke else (1, 8, 64)):
             inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
-            cfg = parse_cfg(text, D.default_config(*PAIR))
+            cfg = cfg0
             if name == "empty_s1":
                 cfg = cfg.replace(NUM_SPLITS=1, LISTS="both")  # one program per token, no partials
             if smoke:

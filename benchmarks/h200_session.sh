@@ -62,7 +62,7 @@ for phase in "$@"; do
     echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
     ;;
   breakdown)  # leave-one-stage-out timings of the measured best configs
-    timeout 200 python3 benchmarks/decode_breakdown.py --cfg "BLOCK_N=64,PREFETCH=1" --cfg "LISTS=apart,PREFETCH=1" \
+    timeout 200 python3 benchmarks/decode_breakdown.py --cfg "BLOCK_N=64,PREFETCH=1,backend=lut" --cfg "LISTS=apart,PREFETCH=1,backend=lut" \
       --out "$OUT/results" >"$OUT/decode_breakdown.log" 2>&1
     echo "decode_breakdown rc=$?" >>"$OUT/decode_breakdown.log"
     timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --cfg "" --cfg "TILES=16" \

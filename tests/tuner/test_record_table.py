@@ -3,6 +3,8 @@ logits_breakdown edits the generated module."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.record_table import precompile_shares
 from tuner.core import Bucket
 from tuner.kernels.pack import space as pack_space
@@ -82,18 +84,20 @@ def _summed(src: str) -> str:
     return m.group(1)
 
 
-def test_decode_breakdown_variants_leave_out_exactly_their_stage() -> None:
+@pytest.mark.parametrize("backend", ["soft", "lut"])
+def test_decode_breakdown_variants_leave_out_exactly_their_stage(backend: str) -> None:
     # As for logits: the decode breakdown edits the generated module by its text. Each variant
-    # must remove every call of its stage, on the plain and the PREFETCH paths, and nothing else.
+    # must remove every call of its stage, on the plain and the PREFETCH paths, and nothing else,
+    # whatever e2m1 backend the module was rendered with.
     import ast
 
     from benchmarks.decode_breakdown import ATTEND, GATHER, variant
 
-    full = variant("full").source
+    full = variant("full", backend).source
     # One pass function per list, each with its plain and its PREFETCH path.
     assert all(full.count(g) == 1 for g in GATHER) and full.count(ATTEND) == 4
     for name, gone in (("no_gather", GATHER), ("no_attend", (ATTEND,)), ("empty", GATHER + (ATTEND,))):
-        src = variant(name).source
+        src = variant(name, backend).source
         ast.parse(src)
         assert not any(g in src for g in gone), name
         kept = set(GATHER + (ATTEND,)) - set(gone)
