@@ -28,7 +28,8 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-[ $# -gt 0 ] || { echo "usage: $0 tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests ..." >&2; exit 2; }
+PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests"
+[ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
   case "$phase" in
@@ -75,7 +76,7 @@ for phase in "$@"; do
     echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
     ;;
   *)
-    echo "unknown phase $phase (tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests)" >&2
+    echo "unknown phase $phase ($PHASES)" >&2
     ;;
   esac
 done

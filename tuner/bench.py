@@ -482,6 +482,7 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
     import random
 
     from tuner.kernels import get_family
+    from tuner.kernels.base import config_legality
 
     fam = get_family(family)
     space = fam.space(key)
@@ -490,8 +491,6 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
     pairs = [(a.name, b.name) for a, b in zip(space.params, space.params[1:])]
     table = new_table(key, family, key.arch, {"device_name": "synthetic", "timing": "synthetic"}, synthetic=True,
                       space=space.to_json())
-    from tuner.kernels.base import config_legality
-
     configs = [c for c in space.grid() if config_legality(fam, c, key.arch) is None]
     for b in buckets:
         brng = random.Random(f"{seed}/{b.name()}")

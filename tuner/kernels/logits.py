@@ -36,6 +36,8 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # (2026-11-29) mxfp4_68 B=64 x 64K: 302 vs 409 us (benchmarks/results/logits_fp8lut.md). Not the
 # default: a default must be legal on every target, and this one is not on AMD or the interpreter.
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16", "bf16", "scaled")
+# The dot paths that take e2m1 records chunk by chunk (a K=32 dot per ue8m0 scale).
+CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
 HEAD_DIM = 128
 SEED_HEADS = 64
@@ -196,7 +198,7 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
         raise ValueError(f"the fp8lut path looks up e2m1 elements; {f.name} has none (use fp8)")
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
-    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend})
+    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,10 +298,15 @@ def logits(
     return out
 
 
+def chunked(f: RecordFormat, dot: str) -> bool:
+    """Whether the `dot` path takes `f`'s records chunk by chunk of 32 dims (e2m1 records only)."""
+    return f.elem == "e2m1" and dot in CHUNKED_DOTS
+
+
 def desc_box(f: RecordFormat, dot: str) -> int:
     """Bytes of a data row one descriptor load takes: the whole row, or one 32-dim chunk (16 bytes)
-    on the paths that dot e2m1 records chunk by chunk."""
-    return f.tile // 2 if f.elem == "e2m1" and dot in ("fp8", "fp8lut", "f16") else f.data_bytes
+    on the chunked paths."""
+    return f.tile // 2 if chunked(f, dot) else f.data_bytes
 
 
 def variant_of(config: Config) -> str:

@@ -39,6 +39,12 @@ def _tile_pages(bt_ptr, seq, base, max_pages, PAGE: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
+def _tile_page(tile_pages, i, TILES: tl.constexpr):
+    # Tile i's page (a scalar) picked out of the registers _tile_pages filled.
+    return tl.sum(tl.where(tl.arange(0, TILES) == i, tile_pages, 0), axis=0)
+
+
+@triton.jit
 def _pages(bt_ptr, seq, tile_pages, i, j, lo, hi, max_pages, more, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
            TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr):
     # Physical page of each key of tile i (int64, 0 where absent) and whether the key is present:
@@ -48,8 +54,7 @@ def _pages(bt_ptr, seq, tile_pages, i, j, lo, hi, max_pages, more, PAGE: tl.cons
     need = (j >= lo) & (j < hi) & (pidx < max_pages) & more
     if TILE_LOOKUP:
         # The whole tile lies inside one page, read by _tile_pages; picked out of the registers.
-        p = tl.sum(tl.where(tl.arange(0, TILES) == i, tile_pages, 0), axis=0)
-        page = tl.zeros([BLOCK_N], dtype=tl.int32) + p
+        page = tl.zeros([BLOCK_N], dtype=tl.int32) + _tile_page(tile_pages, i, TILES)
     else:
         page = tl.load(bt_ptr + seq.to(tl.int64) * max_pages + pidx, mask=need, other=-1)
     ok = need & (page >= 0)
@@ -95,7 +100,7 @@ def _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, m
                       TILE_LOOKUP)
     tile_page = 0
     if DESC:  # (DESC implies TILE_LOOKUP) the tile's page, as a scalar coordinate
-        tile_page = tl.sum(tl.where(tl.arange(0, TILES) == i, tile_pages, 0), axis=0)
+        tile_page = _tile_page(tile_pages, i, TILES)
     b0, b1, b2, b3, sw = _fetch_k(cache_ptr, k_desc, page, tile_page, j0 + jj, j0, ok, page_bytes, PAGE, BLOCK_N, DESC)
     return ok, b0, b1, b2, b3, sw
 
