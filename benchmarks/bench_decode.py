@@ -6,6 +6,9 @@ dequantize-and-attend baseline at T=64 for context.
 
     python benchmarks/bench_decode.py --out benchmarks/results     # on a GPU (about 4 minutes)
     TRITON_INTERPRET=1 python benchmarks/bench_decode.py --smoke   # plumbing check on a CPU
+    # a few configs against each other, both pairs, some T, no variant checks (~1-2 min on a GPU):
+    python benchmarks/bench_decode.py --pick "BLOCK_N=64,PREFETCH=1,backend=lut" --pick "MMA=keys_m" \
+        --ts 1,64 --skip-checks --name decode_picks
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
+from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
 from tuner.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
@@ -116,11 +119,23 @@ def _time(fn: Callable[[], Any], n_launch: int, gpu: bool) -> float:
     return (time.perf_counter() - t0) * 1e6 / n_launch
 
 
-def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shape: Shape, device: torch.device) -> list[Config]:
+def _picked(pair: tuple[str, str], picks: list[str]) -> list[Config]:
+    """The default, then each `NAME=v,...` pick over it; a pair without e2m1 records has no backend
+    axis, so a pick's backend is dropped there (the fp8_584 pair then times the same tile)."""
+    d = default_config(*pair)
+    has_backend = "backend" in d.as_dict() and len(cfg_backends(*pair)) > 1
+    texts = [",".join(i for i in t.split(",") if has_backend or not i.startswith("backend=")) for t in picks]
+    return list(dict.fromkeys([d] + [parse_cfg(t, d) for t in texts]))
+
+
+def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shape: Shape, device: torch.device,
+                   picks: list[str] | None = None) -> list[Config]:
     """The default, then (most telling first, as a run cut by its budget sweeps a prefix): each
     list layout and combine with and without prefetching on the default tile, the measured
     winners combined, the default at half and twice its automatic split count, then the other
-    tile structures."""
+    tile structures. With `picks`: the default and those only."""
+    if picks:
+        return _picked(pair, picks)
     d = default_config(*pair)
     auto = resolve_splits(d, n_tok, shape.topk, device)
     out = [d]
@@ -154,7 +169,8 @@ def _check_configs(pair: tuple[str, str], backend: str) -> list[Config]:
             d.replace(LISTS="separate", PREFETCH=1, NUM_SPLITS=2)]
 
 
-def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], target: str) -> None:
+def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], target: str, checks: bool = True,
+                picks: list[str] | None = None) -> None:
     """Compile every config the checks and sweeps launch, in parallel processes, into Triton's
     on-disk cache (the record_table helper): compiling one at a time is most of this benchmark's
     device time otherwise."""
@@ -167,17 +183,18 @@ def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], t
         items = []
         for n_tok in shape.ts:
             b = Bucket("T", n_tok, n_tok)
-            if pair in ISSUE_PAIRS:
+            if pair in ISSUE_PAIRS and checks:
                 items += [(b, c) for be in _backends(pair, target) for c in _check_configs(pair, be)]
             if pair in (MAIN, BASE):
-                items += [(b, c) for c in _sweep_configs(pair, structs if pair == MAIN else base_structs, n_tok, shape, dev)]
+                items += [(b, c) for c in _sweep_configs(pair, structs if pair == MAIN else base_structs, n_tok, shape, dev,
+                                                         picks)]
         key = make_key("decode", target, shape.heads, shape.topk, shape.window, formats=pair)
         precompile("decode", key, list(dict.fromkeys(items)), jobs=max(2, (os.cpu_count() or 4) - 2))
 
 
-def _bench_pair(pair, structs, pools, shape, n_tok, n_sets, device, gpu, deadline) -> dict[str, Any]:
+def _bench_pair(pair, structs, pools, shape, n_tok, n_sets, device, gpu, deadline, picks=None) -> dict[str, Any]:
     sets = _sets(pools, pair, shape, n_tok, n_sets, device, seed=100 + n_tok)
-    cfgs = _sweep_configs(pair, structs, n_tok, shape, torch.device(device))
+    cfgs = _sweep_configs(pair, structs, n_tok, shape, torch.device(device), picks)
     rows = []
     for i, c in enumerate(cfgs):
         if i > 0 and time.perf_counter() > deadline:
@@ -223,12 +240,19 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--smoke", action="store_true", help="tiny shapes and 2 configs: runs under TRITON_INTERPRET=1")
     ap.add_argument("--budget-s", type=float, default=180.0, help="stop sweeping (default configs only) past this")
+    ap.add_argument("--pick", action="append", default=None,
+                    help="NAME=v,... over the default: time these instead of the sweep (repeatable)")
+    ap.add_argument("--ts", default=None, help="only these T, e.g. 1,64 (default: 1..64)")
+    ap.add_argument("--skip-checks", action="store_true", help="no variant checks (each timed config is still verified)")
+    ap.add_argument("--name", default=None, help="results file name (default: decode, or decode_smoke)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     target = detect()
     gpu = target.is_gpu
     device = "cuda" if gpu else "cpu"
     shape = Shape(args.smoke)
+    if args.ts:
+        shape.ts = [int(t) for t in args.ts.split(",")]
     structs = STRUCTS[:1] if args.smoke else STRUCTS
     base_structs = BASE_STRUCTS[1:] if args.smoke else BASE_STRUCTS
     prov = provenance()
@@ -241,11 +265,11 @@ def main() -> int:
         pools[fmt + ":win"] = _pool(fmt, shape.win_pool, device, seed=11 + i)
 
     if gpu and not args.smoke:
-        _precompile(shape, structs, base_structs, target.name)
+        _precompile(shape, structs, base_structs, target.name, not args.skip_checks, args.pick)
 
     # 1. Correctness: every legal variant of every issue pair, default and forced split/unsplit.
     checks = []
-    for pair in ISSUE_PAIRS:
+    for pair in () if args.skip_checks else ISSUE_PAIRS:
         for backend in _backends(pair, target.name):
             for n_tok in shape.ts:
                 s = _sets(pools, pair, shape, n_tok, 1, device, seed=n_tok)[0]
@@ -269,10 +293,10 @@ def main() -> int:
         moved = decode_bytes(*MAIN, n_tok, shape.heads, shape.topk, shape.window)
         # Enough launches per graph replay that one replay touches > 2x L2 of records.
         n_sets = 2 if args.smoke else max(2, min(512, math.ceil(2 * l2 / moved)))
-        main_r = _bench_pair(MAIN, structs, pools, shape, n_tok, n_sets, device, gpu, deadline)
+        main_r = _bench_pair(MAIN, structs, pools, shape, n_tok, n_sets, device, gpu, deadline, args.pick)
         moved_b = decode_bytes(*BASE, n_tok, shape.heads, shape.topk, shape.window)
         n_sets_b = 2 if args.smoke else max(2, min(512, math.ceil(2 * l2 / moved_b)))
-        base_r = _bench_pair(BASE, base_structs, pools, shape, n_tok, n_sets_b, device, gpu, deadline)
+        base_r = _bench_pair(BASE, base_structs, pools, shape, n_tok, n_sets_b, device, gpu, deadline, args.pick)
         row = {
             "T": n_tok, "launches_per_replay": n_sets, "bytes_moved": moved, "floor_us": moved / bw * 1e6 if gpu else None,
             "default_us": main_r["default"].get("us"), "best_us": main_r["best"]["us"] if main_r["best"] else None,
@@ -296,9 +320,9 @@ def main() -> int:
         "shape": {"heads": shape.heads, "topk": shape.topk, "window": shape.window, "page_size": PAGE},
         "pair": "+".join(MAIN), "baseline_pair": "+".join(BASE), "copy_bandwidth_Bps": bw if gpu else None,
         "checks": checks, "per_T": per_t, "eager_T": eager_t, "eager_us": eager_us,
-        "elapsed_s": time.perf_counter() - t_start,
+        "elapsed_s": time.perf_counter() - t_start, "picks": args.pick,
     }
-    name = "decode_smoke" if args.smoke else "decode"
+    name = args.name or ("decode_smoke" if args.smoke else "decode")
     write_results(args.out, name, payload, _markdown(payload))
     print(f"wrote {args.out}/{name}.json and .md ({payload['elapsed_s']:.0f} s)")
     return 1 if any(c["result"] != "pass" for c in checks) else 0
@@ -316,7 +340,8 @@ def _markdown(p: dict[str, Any]) -> str:
         f"{pv['gpu']} ({p['target']}), torch {pv['torch']}, triton {pv['triton']}, CUDA {pv['cuda']}, {pv['date']}.",
         f"Shape H={p['shape']['heads']}, topk={p['shape']['topk']}, window={p['shape']['window']}, page {p['shape']['page_size']}; "
         f"{p['timing']}; copy bandwidth {_f((p['copy_bandwidth_Bps'] or math.nan) / 1e12)} TB/s.", "",
-        f"Correctness: {len(p['checks']) - len(fails)} of {len(p['checks'])} checks pass"
+        (f"Correctness: {len(p['checks']) - len(fails)} of {len(p['checks'])} checks pass" if p["checks"]
+         else "Correctness: variant checks skipped (--skip-checks); every timed config was verified")
         + (": " + "; ".join(f"{c['pair']} {c['backend']} T={c['T']}: {c['result']}" for c in fails[:5]) if fails else "."), "",
         "| T | default us | best us | best config | floor us | fp8_584 default us | fp8_584 best us | fp8_584 floor us |",
         "|---|---|---|---|---|---|---|---|",
@@ -330,7 +355,29 @@ def _markdown(p: dict[str, Any]) -> str:
                      f"{_f(r['fp8_584_default_us'])} | {_f(r['fp8_584_best_us'])} | {_f(r['fp8_584_floor_us'])} |")
     lines += ["", f"torch eager dequantize-and-attend at T={p['eager_T']}: {p['eager_us']:.1f} us.", ""]
     lines += _backend_pairs(p)
+    if p.get("picks"):
+        lines += _pick_table(p)
     return "\n".join(lines)
+
+
+def _cfg_diff(config: dict[str, Any], default: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items() if default.get(k) != v) or "default"
+
+
+def _pick_table(p: dict[str, Any]) -> list[str]:
+    """Every picked config of a --pick run at every T, on both pairs (us; '-' where it failed)."""
+    lines = ["## Picked configs (same run)", "", "| T | config | " + p["pair"] + " us | " + p["baseline_pair"] + " us |",
+             "|---|---|---|---|"]
+    for r in p["per_T"]:
+        main, base = r["sweep"], r["fp8_584_sweep"]
+        d_main, d_base = main[0]["config"], base[0]["config"]
+        by_base = {_cfg_diff({k: v for k, v in x["config"].items() if k != "backend"}, d_base): x for x in base}
+        for x in main:
+            label = _cfg_diff(x["config"], d_main)
+            b = by_base.get(_cfg_diff({k: v for k, v in x["config"].items() if k != "backend"}, d_base), {})
+            lines.append(f"| {r['T']} | {label} | {_f(x.get('us'))}{' ' + x['error'][:80] if 'error' in x else ''} | "
+                         f"{_f(b.get('us'))} |")
+    return lines + [""]
 
 
 def _backend_pairs(p: dict[str, Any]) -> list[str]:
