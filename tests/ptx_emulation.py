@@ -1,22 +1,56 @@
-"""A few PTX integer instructions executed in Python, for inline asm that Triton's interpreter
-cannot run: the rendered asm is checked on every input it can see, instruction by instruction."""
+"""A few PTX instructions executed in Python, for inline asm that Triton's interpreter cannot
+run: the rendered asm is checked on every input it can see, instruction by instruction."""
 
 from __future__ import annotations
 
 import ast
+import math
+import struct
 
 
-def asm_of(source: str) -> tuple[str, str, int]:
-    """(asm text, constraints, pack) of the one `tl.inline_asm_elementwise` call in a rendered module."""
-    call = next(n for n in ast.walk(ast.parse(source))
+def asm_of(source: str, fn: str | None = None) -> tuple[str, str, int]:
+    """(asm text, constraints, pack) of the `tl.inline_asm_elementwise` call in a rendered module,
+    the only one, or the one in function `fn`."""
+    tree = ast.parse(source)
+    if fn is not None:
+        tree = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn)
+    call = next(n for n in ast.walk(tree)
                 if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "inline_asm_elementwise")
     kw = {k.arg: k.value for k in call.keywords}
     return ast.literal_eval(kw["asm"]), ast.literal_eval(kw["constraints"]), ast.literal_eval(kw["pack"])
 
 
+def bf16_value(h: int) -> float:
+    """The value of a bf16 bit pattern (the top half of an fp32)."""
+    return struct.unpack("<f", struct.pack("<I", (h & 0xFFFF) << 16))[0]
+
+
+def bf16_bits(x: float) -> int:
+    """x rounded to bf16 (round to nearest even, through fp32); NaN as the canonical 0x7FFF."""
+    if math.isnan(x):
+        return 0x7FFF
+    try:
+        f = struct.unpack("<I", struct.pack("<f", x))[0]
+    except OverflowError:
+        return 0xFF80 if x < 0 else 0x7F80
+    return ((f + 0x7FFF + ((f >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _fma_bf16x2(a: int, b: int, c: int) -> int:
+    # Each half: a * b + c in float64, then rounded to bf16. A product of two bf16 values is exact
+    # in a float64 and IEEE signed zeros carry over (-0 + -0 = -0, +0 + -0 = +0), so this is fma.rn
+    # whenever the sum is exact too, as with the -0.0 addend the decoders use.
+    out = 0
+    for k in (0, 16):
+        x, y, z = (bf16_value(v >> k) for v in (a, b, c))
+        out |= bf16_bits(x * y + z) << k
+    return out
+
+
 def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
-    """Execute the few PTX integer instructions the e2m1 lookups use (mov, and, or, shl, shr.u32,
-    prmt without mode) on 32-bit values, as the PTX ISA defines them. `$n` operands are registers."""
+    """Execute the few PTX instructions the e2m1 lookups use (mov, and, or, shl, shr.u32, prmt
+    without mode, fma.rn.bf16x2) on 32-bit values, as the PTX ISA defines them. `$n` operands are
+    registers."""
     def val(tok: str) -> int:
         tok = tok.strip()
         return regs[tok] if tok in regs else int(tok, 0)
@@ -38,6 +72,8 @@ def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
             r = a[0] << a[1]
         elif op == "shr.u32":
             r = a[0] >> a[1]
+        elif op == "fma.rn.bf16x2":
+            r = _fma_bf16x2(*a)
         elif op == "prmt.b32":
             pool = [(a[0] >> (8 * i)) & 0xFF for i in range(4)] + [(a[1] >> (8 * i)) & 0xFF for i in range(4)]
             r = 0

@@ -390,3 +390,39 @@ def test_lut_backend_asm_gives_the_fp32_of_every_e2m1_nibble() -> None:
             byte = (x >> (8 * j)) & 0xFF
             assert out[f"${j}"] == bits[byte & 0xF], (hex(x), j, "low nibble")
             assert out[f"${4 + j}"] == bits[byte >> 4], (hex(x), j, "high nibble")
+
+
+def test_lut_scaled_bf16_asm_gives_every_nibble_times_its_scale() -> None:
+    # The lut reader's bf16 path: four bytes ($4) and their four bf16 scales ($5, $6 as pairs) ->
+    # the bf16 products, element 2i of bytes 0..3 in $0, $1 and element 2i+1 in $2, $3. Executed on
+    # every byte value in every position, with e4m3 and ue8m0 scale values from the smallest to
+    # the largest, NaN included; every product must be the exact one (or NaN), or an infinity where
+    # the fp32 the reference dequantizes to overflows too (6 * 2**127).
+    import math
+    import random
+    import struct
+
+    from tests.ptx_emulation import asm_of, bf16_bits, bf16_value, run_ptx
+
+    asm, constraints, pack = asm_of(render_variant("nvfp4_288", "fp8_528", "lut").source, "_e2m1_scaled_bf16")
+    assert constraints == "=r,=r,=r,=r,r,r,r" and pack == 4
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+    e4m3 = [float(torch.tensor([c], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) for c in range(0x7F)]
+    scales = sorted({bf16_bits(v) for v in e4m3 + [2.0 ** e for e in range(-127, 128)]}) + [bf16_bits(math.nan)]
+    rng = random.Random(3)
+    cases = [(b * 0x01010101, [s] * 4) for b in range(256) for s in rng.sample(scales, 4)]
+    cases += [(rng.getrandbits(32), [rng.choice(scales) for _ in range(4)]) for _ in range(3000)]
+    for x, sc in cases:
+        out = run_ptx(asm, {"$4": x, "$5": sc[0] | sc[1] << 16, "$6": sc[2] | sc[3] << 16})
+        for j in range(4):
+            byte, s = (x >> (8 * j)) & 0xFF, bf16_value(sc[j])
+            for nib, reg in ((byte & 0xF, f"${j // 2}"), (byte >> 4, f"${2 + j // 2}")):
+                got = (out[reg] >> (16 * (j % 2))) & 0xFFFF
+                want = e2m1[nib] * s
+                if abs(want) > 3.4028234663852886e38:  # past fp32's largest: inf, as in fp32
+                    want = math.copysign(math.inf, want)
+                if math.isnan(want):
+                    assert math.isnan(bf16_value(got)), (hex(x), j, sc)
+                else:
+                    assert bf16_value(got) == want and got == bf16_bits(want), (hex(x), j, nib, s, hex(got))
+                    assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want)  # signed zeros too

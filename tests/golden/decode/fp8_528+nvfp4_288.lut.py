@@ -73,6 +73,56 @@ def _e2m1_unpack2(b):
         pack=4,
     )
 
+
+@triton.jit
+def _e2m1_scaled_bf16(b, s):
+    # The lookup above without the fp32 round trip: the permutes already produce bf16 pairs
+    # (elements 2i of bytes 0 and 1, then of bytes 2 and 3; the same for 2i+1), which are scaled
+    # by packed bf16 FMAs with -0.0 as the addend (x * s + -0 is x * s, signed zero included).
+    # Exact: an e2m1 value has 2 significant bits and an e4m3 or ue8m0 scale at most 4, and bf16
+    # holds 8 over fp32's exponent range. $4 holds four bytes, $5 and $6 their four scales.
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 ha, hb, la, lb, m, t, s, H, L, P, z;
+        mov.b32 ha, 0x3F3F3F00;
+        mov.b32 hb, 0x40404040;
+        mov.b32 la, 0xC0800000;
+        mov.b32 lb, 0xC0804000;
+        mov.b32 z, 0x80008000;
+        and.b32 m, $4, 0x07070707;
+        shr.u32 t, m, 4;
+        or.b32 m, m, t;
+        prmt.b32 s, m, m, 0x3320;
+        prmt.b32 H, ha, hb, s;
+        prmt.b32 L, la, lb, s;
+        shl.b32 t, $4, 4;
+        and.b32 t, t, 0x80808080;
+        or.b32 H, H, t;
+        prmt.b32 P, L, H, 0x5140;
+        fma.rn.bf16x2 $0, P, $5, z;
+        prmt.b32 P, L, H, 0x7362;
+        fma.rn.bf16x2 $1, P, $6, z;
+        shr.u32 m, $4, 4;
+        and.b32 m, m, 0x07070707;
+        shr.u32 t, m, 4;
+        or.b32 m, m, t;
+        prmt.b32 s, m, m, 0x3320;
+        prmt.b32 H, ha, hb, s;
+        prmt.b32 L, la, lb, s;
+        and.b32 t, $4, 0x80808080;
+        or.b32 H, H, t;
+        prmt.b32 P, L, H, 0x5140;
+        fma.rn.bf16x2 $2, P, $5, z;
+        prmt.b32 P, L, H, 0x7362;
+        fma.rn.bf16x2 $3, P, $6, z;
+        }""",
+        constraints="=r,=r,=r,=r,r,r,r",
+        args=[b.to(tl.uint8), s],
+        dtype=(tl.bfloat16, tl.bfloat16),
+        is_pure=True,
+        pack=4,
+    )
+
 # ---- record readers ----
 @triton.jit
 def _ue8m0_value(b):
@@ -153,6 +203,10 @@ def _win_keys_decode(b, sb, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
     # Fetched nvfp4_288 records -> K[BLOCK_N, 512].
     sb = sb.to(tl.int32)
     sc = _e4m3_scale_value(sb)
+    if not DOT_FP32:
+        # Straight to the bf16 dot operand: no fp32 values, no conversion after the scaling.
+        lo, hi = _e2m1_scaled_bf16(b, tl.broadcast_to(sc.to(tl.bfloat16)[:, :, None], b.shape))
+        return tl.reshape(tl.join(lo, hi), [BLOCK_N, 512])
     lo, hi = _e2m1_unpack2(b.to(tl.int32))
     lo = lo * sc[:, :, None]
     hi = hi * sc[:, :, None]
