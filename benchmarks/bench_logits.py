@@ -65,12 +65,20 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
         keys_m.replace(LOADS="descriptor", TILES=16), keys_m.replace(LOADS="descriptor", TILES=16, num_stages=3),
         keys_m.replace(LOADS="descriptor", TILES=8, num_stages=3),
         keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8lut"), keys_m.replace(LOADS="descriptor", TILES=8, dot="fp8lut", num_stages=3),
+        keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8lut", num_stages=3),
+        # One K=128 dot and one scale per key (mxfp4_68): 268 vs 275 us for fp8lut at B=64 (H200,
+        # 2026-11-29, same run); the integer-op codes (fp8key) at 535.
+        keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3),
+        keys_m.replace(LOADS="descriptor", TILES=8, dot="fp8keylut", num_stages=3),
+        keys_m.replace(TILES=16, dot="fp8keylut"), keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8key", num_stages=3),
     ]
     if prefill:
         picks = [keys_m.replace(QT=2, dot="fp8lut"), heads_m.replace(QT=2), keys_m.replace(QT=2),
                  keys_m.replace(QT=2, BLOCK_N=128, num_warps=8), keys_m.replace(QT=4, num_warps=8), keys_m.replace(QT=2, dot="scaled"),
                  keys_m.replace(QT=2, PREFETCH=1), keys_m.replace(QT=2, TILES=8, PREFETCH=1),
-                 keys_m.replace(QT=2, LOADS="descriptor", num_stages=3), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8lut")]
+                 keys_m.replace(QT=2, LOADS="descriptor", num_stages=3), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8lut"),
+                 keys_m.replace(TILES=16, dot="fp8keylut"), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8keylut"),
+                 keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3)]
     if smoke:
         picks = [d.replace(BLOCK_N=32, TILES=2)]
     if given is not None:

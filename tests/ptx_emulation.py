@@ -48,8 +48,8 @@ def _fma_bf16x2(a: int, b: int, c: int) -> int:
 
 
 def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
-    """Execute the few PTX instructions the e2m1 lookups use (mov, and, or, shl, shr.u32, prmt
-    without mode, fma.rn.bf16x2) on 32-bit values, as the PTX ISA defines them. `$n` operands are
+    """Execute the few PTX instructions the e2m1 lookups use (mov, and, or, not, shl, shr.u32,
+    add.u32, mul.lo.u32, prmt without mode, fma.rn.bf16x2) on 32-bit values (results mod 2**32), as the PTX ISA defines them. `$n` operands are
     registers."""
     def val(tok: str) -> int:
         tok = tok.strip()
@@ -72,6 +72,12 @@ def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
             r = a[0] << a[1]
         elif op == "shr.u32":
             r = a[0] >> a[1]
+        elif op == "not.b32":
+            r = ~a[0]
+        elif op == "add.u32":
+            r = a[0] + a[1]
+        elif op == "mul.lo.u32":
+            r = a[0] * a[1]
         elif op == "fma.rn.bf16x2":
             r = _fma_bf16x2(*a)
         elif op == "prmt.b32":

@@ -15,7 +15,7 @@ from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
 from tuner.kernels.logits import (
-    FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key, make_query,
+    E2M1_ONLY_DOTS, FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key, make_query,
     paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
 )
 from tuner.reference import compare, logits_reference
@@ -64,7 +64,7 @@ def _problem(kind: str, fmt: str, q_dtype: str, page: int, device: str, heads: i
     }
 
 
-def _check(p: dict, fmt: str, cfg: Config | None) -> None:
+def _check_config(p: dict, fmt: str, cfg: Config | None) -> None:
     out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=p["q"].device)  # poison
     logits(p["q"], p["w"], p["cache"], fmt, p["page_size"], p["block_table"], p["seq_of"], p["k_start"], p["k_end"],
            p["max_len"], cfg, out=out)
@@ -83,29 +83,37 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
     p = _problem(kind, fmt, q_dtype, page, device, seed=page)
     cfgs = _legal_dots(fmt, q_dtype, target_name)
     assert cfgs, f"no legal variant for {fmt} q={q_dtype} on {target_name}"
+    sp = space(fmt, q_dtype)
+
+    def _check(c: Config) -> None:
+        # A variation the space rules out for its variant (PREFETCH with tl.dot_scaled on e2m1
+        # records, a variant only GPUs reach) is refused by the launcher: not run.
+        if sp.infeasible(c) is None:
+            _check_config(p, fmt, c)
+
     for cfg in cfgs:
-        _check(p, fmt, cfg)
+        _check(cfg)
         if page == 64:
             # The other MMA orientation (keys on M: scores transposed, heads summed along N; or
             # heads on M). The page size only moves addresses, which both compute alike: one is enough.
-            _check(p, fmt, cfg.replace(MMA="heads_m" if cfg["MMA"] == "keys_m" else "keys_m"))
+            _check(cfg.replace(MMA="heads_m" if cfg["MMA"] == "keys_m" else "keys_m"))
         # Each tile's loads issued one iteration early (PREFETCH): 16-key tiles cross a 16-key page
         # every tile; the program's last tile prefetches nothing.
-        _check(p, fmt, cfg.replace(PREFETCH=1, BLOCK_N=16, TILES=4))
+        _check(cfg.replace(PREFETCH=1, BLOCK_N=16, TILES=4))
         # Tiles by tensor-descriptor loads (whole rows, or 32-dim chunks on the chunked e2m1 paths):
         # 16-key tiles, two to four per page at pages 64 and 128 (the descriptor's page-row
         # offset), one per page at 16.
-        _check(p, fmt, cfg.replace(LOADS="descriptor", BLOCK_N=16, TILES=4, num_stages=3))
+        _check(cfg.replace(LOADS="descriptor", BLOCK_N=16, TILES=4, num_stages=3))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
             # the other page lookup (and, at page 64, keys on M with two tokens' heads on N).
             other = "key" if cfg["PAGE_LOOKUP"] == "tile" else "tile"
-            _check(p, fmt, cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2,
-                                       MMA="keys_m" if page == 64 else "heads_m", PREFETCH=int(page == 128)))
+            _check(cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP=other, num_warps=2,
+                               MMA="keys_m" if page == 64 else "heads_m", PREFETCH=int(page == 128)))
 
 
 def test_default_config_runs(device: str) -> None:
-    _check(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", None)
+    _check_config(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", None)
 
 
 def test_configs_from_before_the_mma_prefetch_and_loads_axes_still_run(device: str) -> None:
@@ -114,7 +122,7 @@ def test_configs_from_before_the_mma_prefetch_and_loads_axes_still_run(device: s
     # one must not fail.
     old = {k: v for k, v in default_config("mxfp4_68", "fp8").as_dict().items()
            if k not in ("MMA", "PREFETCH", "LOADS")}
-    _check(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", Config.from_dict(old))
+    _check_config(_problem("decode", "mxfp4_68", "fp8", 64, device), "mxfp4_68", Config.from_dict(old))
 
 
 @pytest.mark.parametrize("page", [32, 256])
@@ -123,7 +131,7 @@ def test_other_page_sizes_and_heads(page: int, heads: int, target_name: str, dev
     for fmt in LOGITS_FORMATS:
         p = _problem("prefill", fmt, "fp8", page, device, heads=heads, seed=heads)
         cfg = _legal_dots(fmt, "fp8", target_name)[0].replace(BLOCK_N=64, TILES=1, QT=4, HEADS=16)
-        _check(p, fmt, cfg)
+        _check_config(p, fmt, cfg)
 
 
 def test_empty_shapes_and_out_of_range(device: str) -> None:
@@ -232,7 +240,7 @@ def test_rendered_sources_match_golden(fmt: str) -> None:
     seen = set()
     for variant in VARIANTS:
         dot, backend = parse_variant(variant)
-        if dot == "fp8lut" and fmt != "mxfp4_68":
+        if dot in E2M1_ONLY_DOTS and fmt != "mxfp4_68":
             with pytest.raises(ValueError, match="e2m1"):
                 render_variant(fmt, dot, backend)
             continue
@@ -247,6 +255,8 @@ def test_rendered_sources_match_golden(fmt: str) -> None:
 XCOMPILE_EXPECT = {
     "fp8": {"sm_90", "sm_100", "gfx942", "gfx950"},
     "fp8lut": {"sm_90", "sm_100"},
+    "fp8key": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "fp8keylut": {"sm_90", "sm_100"},
     "f16.soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
     "f16.ptx": {"sm_100"},
     "f16.gfx950": {"gfx950"},
@@ -315,6 +325,74 @@ def test_fp8lut_lookup_asm_gives_the_e4m3_code_of_every_e2m1_nibble() -> None:
             byte = (x >> (8 * j)) & 0xFF
             assert (out["$0"] >> (8 * j)) & 0xFF == code[byte & 0xF], (hex(x), j, "low nibble")
             assert (out["$1"] >> (8 * j)) & 0xFF == code[byte >> 4], (hex(x), j, "high nibble")
+
+
+def test_fp8keylut_asm_gives_the_shifted_e4m3_code_of_every_nibble() -> None:
+    # fp8keylut's PTX, executed on every byte value in every position with every chunk shift
+    # (u << 3 for u = 0..11) and the flush marker (0x80) per byte: each nibble must come out as the
+    # e4m3 code of its e2m1 value times 2**(u - 5) (torch's float8_e4m3fn as the judge), a flushed
+    # one as a zero of its sign.
+    import random
+
+    asm, constraints, pack = asm_of(render_variant("mxfp4_68", "fp8keylut").source)
+    assert constraints == "=r,=r,r,r" and pack == 4
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+    shifts = [u << 3 for u in range(12)] + [0x80]
+
+    def code(nib: int, sh: int) -> int:
+        if sh == 0x80:
+            return nib & 8 and 0x80
+        return int(torch.tensor([e2m1[nib] * 2.0 ** ((sh >> 3) - 5)]).to(torch.float8_e4m3fn).view(torch.uint8))
+
+    rng = random.Random(2)
+    cases = [(b * 0x01010101, [sh] * 4) for b in range(256) for sh in shifts]
+    cases += [(rng.getrandbits(32), [rng.choice(shifts) for _ in range(4)]) for _ in range(3000)]
+    for x, sh in cases:
+        out = run_ptx(asm, {"$2": x, "$3": sh[0] | sh[1] << 8 | sh[2] << 16 | sh[3] << 24})
+        for j in range(4):
+            byte = (x >> (8 * j)) & 0xFF
+            assert (out["$0"] >> (8 * j)) & 0xFF == code(byte & 0xF, sh[j]), (hex(x), j, sh, "low nibble")
+            assert (out["$1"] >> (8 * j)) & 0xFF == code(byte >> 4, sh[j]), (hex(x), j, sh, "high nibble")
+
+
+@pytest.mark.parametrize("dot", ["fp8key", "fp8keylut"])
+def test_key_scaled_paths_fold_chunk_scales_exactly_and_flush_only_far_chunks(dot: str, target_name: str,
+                                                                             device: str) -> None:
+    # fp8key folds each 32-dim chunk's scale, relative to its key's largest, into the e4m3
+    # exponents: exact up to 11 binades below it; a chunk further below (or of scale byte 0) is
+    # flushed. Scale bytes spread over 0..20 binades below each key's largest (and some zero): the
+    # output must equal the reference of the same cache with exactly the far chunks zeroed (to
+    # fp32 rounding), and the reference of the cache as it is within FORMATS.md's tolerance.
+    if legality(dot, target_name):
+        pytest.skip(f"{dot} cannot run on {target_name}: {legality(dot, target_name)}")
+    p = _problem("decode", "mxfp4_68", "fp8", 64, device, seed=5)
+    cache = p["cache"].cpu()
+    page = p["page_size"]
+    sc = cache[:, page * 64: page * 68].reshape(cache.shape[0], page, 4)
+    g = torch.Generator().manual_seed(7)
+    top = torch.randint(100, 150, (cache.shape[0], page, 1), generator=g)
+    below = torch.tensor([0, 3, 11, 12, 20])[torch.randint(0, 5, sc.shape, generator=g)]
+    below[..., 0] = 0  # every key has a chunk at its largest scale
+    e = (top - below).masked_fill(torch.rand(sc.shape, generator=g) < 0.05, 0)  # scale byte 0: values 0
+    e[..., 0] = top[..., 0]
+    sc.copy_(e.to(torch.uint8))
+    flushed = cache.clone()
+    fsc = flushed[:, page * 64: page * 68].reshape(cache.shape[0], page, 4)
+    fsc.masked_fill_(below > 11, 0)
+    assert (below > 11).any() and (below == 11).any()
+
+    def ref(c: torch.Tensor) -> torch.Tensor:
+        return logits_reference(p["q"].cpu(), p["w"].cpu(), c, "mxfp4_68", page, p["block_table"].cpu(),
+                                p["seq_of"].cpu(), p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
+
+    cfg = default_config("mxfp4_68", "fp8").replace(dot=dot)
+    out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=device)
+    logits(p["q"], p["w"], cache.to(device), "mxfp4_68", page, p["block_table"], p["seq_of"], p["k_start"],
+           p["k_end"], p["max_len"], cfg, out=out)
+    # Under the interpreter the fp8 products are summed in fp32; a GPU's fp8 MMA adds with fewer bits.
+    tight = 1e-5 if target_name == "interp" else 2e-3
+    assert compare(out.cpu(), ref(flushed), tight) is None, compare(out.cpu(), ref(flushed), tight)
+    assert compare(out.cpu(), ref(cache), TOL) is None
 
 
 def test_descriptor_loads_are_nvidia_only() -> None:

@@ -7,7 +7,9 @@ or with LOADS=descriptor as tensor-descriptor loads: TMA copies on NVIDIA, which
 through shared memory), turns them into dot
 operands (the `dot` variant axis: e4m3 codes for an fp8 tensor-core dot with per-32-dim scales
 applied to the partial products, built with integer ops (fp8) or byte-permute table lookups
-(fp8lut, NVIDIA), bf16 values for a bf16 dot, or the raw nibbles and scales for `tl.dot_scaled`),
+(fp8lut, NVIDIA); e4m3 codes with each chunk's scale relative to its key's largest folded into
+their exponents, for one dot and one scale per key (fp8key, fp8keylut); bf16 values for a bf16
+dot, or the raw nibbles and scales for `tl.dot_scaled`),
 applies relu, weights by w and reduces over heads. Every output element is written.
 """
 
@@ -35,7 +37,15 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only. On the H200
 # (2026-11-29) mxfp4_68 B=64 x 64K: 302 vs 409 us (benchmarks/results/logits_fp8lut.md). Not the
 # default: a default must be legal on every target, and this one is not on AMD or the interpreter.
-DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16", "bf16", "scaled")
+# fp8key / fp8keylut (e2m1 caches): one K=128 fp8 dot per tile instead of four K=32 chunk dots,
+# each chunk's scale relative to its key's largest folded into the e4m3 exponents (shifts of up to
+# 11 binades are exact; a chunk further below, under 2**-11 of the largest, is flushed to zero) and
+# one scale per key applied to the scores, as fp8_132's: the chunk dots with their fp32 rescaling
+# were the largest part of mxfp4_68's time on the H200. Codes by integer ops, or by prmt lookups
+# (NVIDIA).
+DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "f16", "bf16", "scaled")
+# The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
+E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut")
 # The dot paths that take e2m1 records chunk by chunk (a K=32 dot per ue8m0 scale).
 CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
@@ -49,6 +59,9 @@ _DOT_ILLEGAL: dict[tuple[str, str], str] = {
     ("fp8lut", "interp"): "Triton's interpreter has no inline asm",
     ("fp8lut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("fp8lut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("fp8keylut", "interp"): "Triton's interpreter has no inline asm",
+    ("fp8keylut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("fp8keylut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("scaled", "interp"): "Triton's interpreter has no dot_scaled",
     ("bf16", "interp"): "Triton's interpreter stores bf16 as uint16 and its tl.dot multiplies those bit patterns",
 }
@@ -73,7 +86,7 @@ def parse_variant(variant: str) -> tuple[str, str]:
     return dot, backend or "soft"
 
 
-VARIANTS: tuple[str, ...] = ("fp8", "fp8lut") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
 
 
 def legality(variant: str, target: str) -> str | None:
@@ -121,7 +134,7 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
     _check_heads(heads)
     dots = DOTS if q_dtype == "fp8" else ("f16", "bf16", "scaled")
     if f.elem != "e2m1":
-        dots = tuple(d for d in dots if d != "fp8lut")  # nothing to look up in fp8 records
+        dots = tuple(d for d in dots if d not in E2M1_ONLY_DOTS)  # no nibbles in fp8 records
     backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
 
     def _backend_needs_bf16(c: Config) -> str | None:
@@ -194,8 +207,8 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
     variant_name(dot, backend)
     if backend not in E2M1_BACKENDS:
         raise ValueError(f"unknown e2m1 backend {backend!r}")
-    if dot == "fp8lut" and f.elem != "e2m1":
-        raise ValueError(f"the fp8lut path looks up e2m1 elements; {f.name} has none (use fp8)")
+    if dot in E2M1_ONLY_DOTS and f.elem != "e2m1":
+        raise ValueError(f"the {dot} path decodes e2m1 elements; {f.name} has none (use fp8)")
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
     return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot)})
@@ -550,7 +563,7 @@ class _LogitsFamily:
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
                 dot, backend = parse_variant(variant)
-                if (backend != "soft" or dot == "fp8lut") and get_format(fmt).elem != "e2m1":
+                if (backend != "soft" or dot in E2M1_ONLY_DOTS) and get_format(fmt).elem != "e2m1":
                     continue
                 qdt = "bf16" if dot in DECODING_DOTS else "fp8"
                 cfg = default_config(fmt, qdt).replace(dot=dot, backend=backend)
