@@ -147,8 +147,13 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
     # blocks at T >= 16) combined; static sm_90: 64 keys + prefetch spill 108 B, 160 KB shared.
     out += [d.replace(BLOCK_N=64, PREFETCH=1), d.replace(LISTS="apart", PREFETCH=1)]
     # The same with e2m1 decoded by prmt tables, where the pair has e2m1 and the target has PTX.
-    if "lut" in cfg_backends(*pair) and device.type == "cuda" and not e2m1_backend_legality("lut", detect().name):
+    lut = "lut" in cfg_backends(*pair) and device.type == "cuda" and not e2m1_backend_legality("lut", detect().name)
+    if lut:
         out += [c.replace(backend="lut") for c in (d.replace(BLOCK_N=64, PREFETCH=1), d.replace(LISTS="apart", PREFETCH=1), d)]
+    # 4-warp programs fit two to an SM (H200, 2026-11-29, results/decode_w4.md: T=64 39.6 us at 4
+    # splits with lut, T=8 15.6); the fp8_584 pair times the same tiles.
+    w4 = d.replace(num_warps=4, PREFETCH=1, **({"backend": "lut"} if lut else {}))
+    out += [w4, w4.replace(NUM_SPLITS=4), w4.replace(NUM_SPLITS=16)]
     out += [d.replace(NUM_SPLITS=sp) for sp in (auto // 2, auto * 2) if 1 <= sp <= MAX_SPLITS]
     out += [d.replace(BLOCK_N=bn, MMA=mma, num_warps=nw, num_stages=ns) for bn, mma, nw, ns in structs]
     return list(dict.fromkeys(out))
