@@ -49,8 +49,8 @@ def _fma_bf16x2(a: int, b: int, c: int) -> int:
 
 def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
     """Execute the few PTX instructions the e2m1 lookups use (mov, and, or, not, shl, shr.u32,
-    add.u32, mul.lo.u32, prmt without mode, fma.rn.bf16x2) on 32-bit values (results mod 2**32), as the PTX ISA defines them. `$n` operands are
-    registers."""
+    add.u32, mul.lo.u32, prmt without mode, fma.rn.bf16x2) on 32-bit values (results mod 2**32),
+    as the PTX ISA defines them. `$n` operands are registers."""
     def val(tok: str) -> int:
         tok = tok.strip()
         return regs[tok] if tok in regs else int(tok, 0)

@@ -15,8 +15,8 @@ from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
 from tuner.kernels.logits import (
-    E2M1_ONLY_DOTS, FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key, make_query,
-    paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
+    E2M1_ONLY_DOTS, FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key,
+    make_query, paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
 )
 from tuner.reference import compare, logits_reference
 

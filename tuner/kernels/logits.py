@@ -40,9 +40,9 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # fp8key / fp8keylut (e2m1 caches): one K=128 fp8 dot per tile instead of four K=32 chunk dots,
 # each chunk's scale relative to its key's largest folded into the e4m3 exponents (shifts of up to
 # 11 binades are exact; a chunk further below, under 2**-11 of the largest, is flushed to zero) and
-# one scale per key applied to the scores, as fp8_132's: the chunk dots with their fp32 rescaling
-# were the largest part of mxfp4_68's time on the H200. Codes by integer ops, or by prmt lookups
-# (NVIDIA).
+# one scale per key applied to the scores, as fp8_132's. Codes by integer ops, or by prmt lookups
+# (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 267.8 us against
+# fp8lut's 275.5 (prefill 4K x 16K: 2.62 against 3.4 ms); fp8key 535 us.
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "f16", "bf16", "scaled")
 # The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
 E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut")
