@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,8 +59,19 @@ def write_results(out_dir: str | Path, name: str, payload: dict[str, Any], markd
     (out / f"{name}.md").write_text(markdown)
 
 
-def sass_opcodes(cubin: bytes) -> list[str]:
-    """The SASS opcodes of a cubin in order, NOPs left out, disassembled on the CPU with the
+@dataclass(frozen=True)
+class SassOp:
+    """One SASS instruction: its address, opcode ("LDG"), whole mnemonic ("LDG.E.128") and, for a
+    branch, its target address."""
+
+    addr: int
+    opcode: str
+    mnemonic: str
+    target: int | None = None
+
+
+def sass_ops(cubin: bytes) -> list[SassOp]:
+    """The SASS instructions of a cubin in order, NOPs left out, disassembled on the CPU with the
     cuobjdump that ships with Triton (no GPU or driver needed)."""
     import re
     import subprocess
@@ -73,10 +85,28 @@ def sass_opcodes(cubin: bytes) -> list[str]:
     ops = []
     for line in sass.splitlines():
         # "/*0a40*/  @!P0 LDG.E.128 R4, ..." -> LDG (addresses grow past 4 hex digits in big kernels)
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
-        if m and m.group(2) != "NOP":
-            ops.append(m.group(2))
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*([^;]*)", line)
+        if m and m.group(3) != "NOP":
+            mnemonic = m.group(3)
+            t = re.match(r"(0x[0-9a-f]+)", m.group(4).strip()) if mnemonic.startswith("BRA") else None
+            ops.append(SassOp(int(m.group(1), 16), mnemonic.split(".")[0], mnemonic, int(t.group(1), 16) if t else None))
     return ops
+
+
+def sass_opcodes(cubin: bytes) -> list[str]:
+    """The SASS opcodes of a cubin in order, NOPs left out (see sass_ops)."""
+    return [o.opcode for o in sass_ops(cubin)]
+
+
+def main_loop(ops: list[SassOp]) -> list[SassOp]:
+    """The instructions of the kernel's outermost loop: from the target to the source of the
+    backward branch that spans the most code (a tile loop's body, run once per tile). Empty when
+    the kernel has no loop."""
+    back = [(o.target, o.addr) for o in ops if o.target is not None and o.target < o.addr]
+    if not back:
+        return []
+    lo, hi = max(back, key=lambda b: b[1] - b[0])
+    return [o for o in ops if lo <= o.addr <= hi]
 
 
 def parse_cfg(text: str, base: Config) -> Config:

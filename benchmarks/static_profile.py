@@ -9,6 +9,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
 
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "" --cfg "MMA=keys_m"
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "" --cfg "BLOCK_N=64,MMA=keys_m"
+    python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
-from benchmarks.common import parse_cfg, sass_opcodes  # noqa: E402
+from benchmarks.common import main_loop, parse_cfg, sass_ops  # noqa: E402
 from tuner.compile import _nvidia_stats, _request, compile_request  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
 
@@ -33,6 +34,9 @@ CLASSES = {  # SASS opcode prefix -> class reported
     "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
     "LDL": "local (spill)", "STL": "local (spill)", "LDGSTS": "cp.async", "UTMALDG": "tma",
 }
+
+
+LOOP_TOP = 8  # the most frequent instructions of the main loop, with --loop
 
 
 def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[tuple[str, XCompileCase]]:
@@ -58,14 +62,16 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
     k = compile_request(_request(case, target))
     stats = _nvidia_stats(k.asm["ptx"], int(target.removeprefix("sm_")))
     ops: collections.Counter = collections.Counter()
-    opcodes = sass_opcodes(k.asm["cubin"])
-    for op in opcodes:
+    sass = sass_ops(k.asm["cubin"])
+    for op in sass:
         for prefix, cls in CLASSES.items():
-            if op.startswith(prefix):
+            if op.opcode.startswith(prefix):
                 ops[cls] += 1
                 break
-    total = len(opcodes)
-    return {**stats, "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), "sass": total, "ops": dict(ops)}
+    loop = main_loop(sass)
+    top = collections.Counter(o.mnemonic for o in loop).most_common(LOOP_TOP)
+    return {**stats, "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), "sass": len(sass), "loop": len(loop),
+            "ops": dict(ops), "loop_top": top}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,10 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--q-dtype", default="fp8", help="logits query dtype (fp8 or bf16)")
     ap.add_argument("--cfg", action="append", default=None, help="NAME=v,... over the default (repeatable)")
     ap.add_argument("--target", default="sm_90")
+    ap.add_argument("--loop", action="store_true", help="also list the main loop's most frequent instructions")
     args = ap.parse_args(argv)
-    cols = ["registers", "spills", "shared_bytes", "sass"] + sorted(set(CLASSES.values()))
+    # sass: the whole kernel; loop: its outermost loop's body (per tile; see common.main_loop).
+    cols = ["registers", "spills", "shared_bytes", "sass", "loop"] + sorted(set(CLASSES.values()))
     print("| config | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
+    loops: list[str] = []
     for text in args.cfg or [""]:
         for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text):
             try:
@@ -88,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             row = [p.get(c, p["ops"].get(c, 0)) for c in cols]
             print(f"| {name or 'default'} | " + " | ".join(str(v) for v in row) + " |", flush=True)
+            if args.loop:
+                loops.append(f"- {name or 'default'}: " + ", ".join(f"{m} {n}" for m, n in p["loop_top"]))
+    if loops:
+        print("\nMain loop, most frequent instructions:\n\n" + "\n".join(loops))
     return 0
 
 
