@@ -376,10 +376,15 @@ def _pick_table(p: dict[str, Any]) -> list[str]:
     for r in p["per_T"]:
         main, base = r["sweep"], r["fp8_584_sweep"]
         d_main, d_base = main[0]["config"], base[0]["config"]
-        by_base = {_cfg_diff({k: v for k, v in x["config"].items() if k != "backend"}, d_base): x for x in base}
+
+        def tile(config: dict[str, Any], d_base: dict[str, Any] = d_base) -> str:
+            # A config's label on the fp8_584 pair, which has no e2m1 backend to differ in.
+            return _cfg_diff({k: v for k, v in config.items() if k != "backend"}, d_base)
+
+        by_base = {tile(x["config"]): x for x in base}
         for x in main:
             label = _cfg_diff(x["config"], d_main)
-            b = by_base.get(_cfg_diff({k: v for k, v in x["config"].items() if k != "backend"}, d_base), {})
+            b = by_base.get(tile(x["config"]), {})
             lines.append(f"| {r['T']} | {label} | {_f(x.get('us'))}{' ' + x['error'][:80] if 'error' in x else ''} | "
                          f"{_f(b.get('us'))} |")
     return lines + [""]

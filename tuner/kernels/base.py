@@ -170,7 +170,8 @@ class KernelFamily(Protocol):
 
 E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
 # Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
-# table, four nibbles a lookup, and writes fp32 bit patterns directly; it has no encoding side.
+# table, four nibbles a lookup, and writes fp32 bit patterns (or, for a bf16 dot, bf16 products
+# with the scale) directly; it has no encoding side.
 E2M1_READ_BACKENDS: tuple[str, ...] = E2M1_BACKENDS + ("lut",)
 
 _E2M1_ILLEGAL: dict[tuple[str, str], str] = {
