@@ -65,10 +65,15 @@ def _comp_keys_fetch(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N: tl.
     data = base + off * 256
     srow = base + page_size * 256 + off * 32
     # One byte holds dims 2i (low nibble) and 2i+1 (high nibble); a scale covers 8 bytes.
-    t = tl.arange(0, 32)
-    k = tl.arange(0, 8)
-    b = tl.load(cache_ptr + data[:, None, None] + (t[:, None] * 8 + k[None, :])[None, :, :],
+    # Gathered as rows of 32 bytes, then viewed as scale tiles: the load's layout then keeps the
+    # lanes along each record's bytes, and so does the decoded tile's, which reaches shared memory
+    # in wide stores (gathered as [keys, tiles, 8] the lanes fell on the keys).
+    r = tl.arange(0, 8)
+    k = tl.arange(0, 32)
+    b = tl.load(cache_ptr + data[:, None, None] + (r[:, None] * 32 + k[None, :])[None, :, :],
                 mask=valid[:, None, None], other=0)
+    b = tl.reshape(b, [BLOCK_N, 32, 8])
+    t = tl.arange(0, 32)
     sb = tl.load(cache_ptr + srow[:, None] + t[None, :], mask=valid[:, None], other=0)
     return b, sb
 
