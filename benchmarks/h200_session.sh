@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|gpu-tests"
+PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|logits-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -58,8 +58,9 @@ for phase in "$@"; do
     echo "tune rc=$?" >>"$OUT/tune_decode.log"
     ;;
   logits-breakdown)  # the mxfp4_68 dot paths, stage by stage
-    timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --fmt mxfp4_68 --cfg "" --cfg "dot=fp8lut" \
-      --cfg "dot=fp8lut,TILES=16" --out "$OUT/results" >"$OUT/logits_breakdown.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --fmt mxfp4_68 \
+      --cfg "dot=fp8keylut,LOADS=descriptor,TILES=16,num_stages=3" --cfg "dot=fp8lut,LOADS=descriptor,TILES=16,num_stages=3" \
+      --out "$OUT/results" >"$OUT/logits_breakdown.log" 2>&1
     echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
     ;;
   breakdown)  # leave-one-stage-out timings of the measured best configs
@@ -69,6 +70,11 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --cfg "" --cfg "TILES=16" \
       --cfg "MMA=heads_m,dot=scaled,BLOCK_N=128,TILES=8" --out "$OUT/results" >"$OUT/logits_breakdown.log" 2>&1
     echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
+    ;;
+  logits-tests)  # the logits tests on the GPU: every sm_90-legal variant against the reference
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_logits.py -k "matches_reference or key_scaled or over_2gib" -p no:cacheprovider \
+      >"$OUT/results/pytest_logits_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_logits_gpu_h200.log"
     ;;
   gpu-tests)  # the tests that only run on a GPU (the whole suite compiles too much to fit here)
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider \

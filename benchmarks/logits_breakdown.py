@@ -2,6 +2,9 @@
 like the benchmark (CUDA graph replay, median) at the issue's decode shape, B = 64 x 64K, page 64.
 
   full        the config as it ships
+  no_decode   (the key-scaled mxfp4_68 paths) the e2m1 -> e4m3 conversion left out: the packed bytes,
+              each twice, bitcast to the dot's fp8 operand, the scale word to the key's scale; loads,
+              dot, relu and head sum as shipped: what the kernel would take with a free conversion
   no_dot      records loaded and decoded to the dot's operands, the dot, relu and head sum replaced by
               a sum over each key's operands: the cost of the reads and the decode
   loads_only  records loaded, nothing decoded: their raw bytes summed per key (what the memory
@@ -28,7 +31,7 @@ import tuner.kernels.logits as L  # noqa: E402
 from tuner import render as R  # noqa: E402
 from tuner.core import Bucket  # noqa: E402
 
-VARIANTS = ("full", "no_dot", "loads_only")
+VARIANTS = ("full", "no_decode", "no_dot", "loads_only")
 HEADS_CALL = re.compile(r"^(\s*)acc = _heads\(.*\)$", re.M)
 DECODE_CALL = re.compile(r"^(\s*)(\S.*?) = _decode_k\((.+?), BLOCK_N\)$", re.M)
 
@@ -38,8 +41,9 @@ def _per_key_sum(names: list[str], is_2d) -> str:  # noqa: ANN001
     return " + ".join(f"tl.sum({n}.to(tl.float32), axis=1)" if is_2d(n) else f"{n}.to(tl.float32)" for n in names)
 
 
-def variant(src: str, name: str) -> str:
-    """The generated module with one stage left out (see the module docstring)."""
+def variant(src: str, name: str) -> str | None:
+    """The generated module with one stage left out (see the module docstring); None where the
+    variant does not apply to the module's dot path."""
     if name == "full":
         return src
     decodes = DECODE_CALL.findall(src)
@@ -47,6 +51,11 @@ def variant(src: str, name: str) -> str:
     assert decodes and len(heads) == 1, "the template's tile loop changed: update logits_breakdown.py"
     kv = [n.strip() for n in decodes[0][1].split(",")]
     raw = [n.strip() for n in decodes[0][2].split(",")]
+    if name == "no_decode":
+        if (kv, raw) != (["k0", "s0"], ["kb", "sw"]):
+            return None
+        return DECODE_CALL.sub(lambda m: (f"{m.group(1)}k0 = tl.reshape(tl.join(kb, kb), [BLOCK_N, DIMS]).to(tl.float8e4nv, "
+                                          f"bitcast=True)\n{m.group(1)}s0 = sw.to(tl.float32, bitcast=True)"), src)
     zeros = "tl.zeros([R, BLOCK_N], dtype=tl.float32)"
     if name == "no_dot":
         # Operands: k* are [BLOCK_N, dims] tiles (ksc [BLOCK_N, 4] scales), s* per-key scales.
@@ -80,6 +89,8 @@ def main() -> int:
             cfg = parse_cfg(text, L.default_config(fmt, "fp8"))
             for name in VARIANTS:
                 src = variant(real_render(fmt, cfg["dot"], cfg["backend"]).source, name)
+                if src is None:
+                    continue
                 L.render_variant = lambda *a, _s=src: R.Rendered("logits.py.j2", _s)  # the launcher's module
                 try:
                     if args.smoke:

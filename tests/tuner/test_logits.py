@@ -15,7 +15,7 @@ from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
 from tuner.kernels.logits import (
-    E2M1_ONLY_DOTS, FAMILY, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key,
+    E2M1_ONLY_DOTS, FAMILY, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key,
     make_query, paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
 )
 from tuner.reference import compare, logits_reference
@@ -104,6 +104,9 @@ def test_logits_matches_reference(fmt: str, q_dtype: str, page: int, kind: str, 
         # 16-key tiles, two to four per page at pages 64 and 128 (the descriptor's page-row
         # offset), one per page at 16.
         _check(cfg.replace(LOADS="descriptor", BLOCK_N=16, TILES=4, num_stages=3))
+        if cfg["dot"] in KEY_SCALED_DOTS and page >= 32:
+            # The key-scaled paths read the scale rows by descriptor too, from 32-key tiles on.
+            _check(cfg.replace(LOADS="descriptor", BLOCK_N=32, TILES=2, num_stages=3))
         if kind == "prefill":
             # Query groups (sharing and straddling sequences), fewer heads per dot, small tiles, and
             # the other page lookup (and, at page 64, keys on M with two tokens' heads on N).
@@ -385,14 +388,16 @@ def test_key_scaled_paths_fold_chunk_scales_exactly_and_flush_only_far_chunks(do
         return logits_reference(p["q"].cpu(), p["w"].cpu(), c, "mxfp4_68", page, p["block_table"].cpu(),
                                 p["seq_of"].cpu(), p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
 
-    cfg = default_config("mxfp4_68", "fp8").replace(dot=dot)
-    out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=device)
-    logits(p["q"], p["w"], cache.to(device), "mxfp4_68", page, p["block_table"], p["seq_of"], p["k_start"],
-           p["k_end"], p["max_len"], cfg, out=out)
-    # Under the interpreter the fp8 products are summed in fp32; a GPU's fp8 MMA adds with fewer bits.
-    tight = 1e-5 if target_name == "interp" else 2e-3
-    assert compare(out.cpu(), ref(flushed), tight) is None, compare(out.cpu(), ref(flushed), tight)
-    assert compare(out.cpu(), ref(cache), TOL) is None
+    # Gathered, and by descriptor loads as benchmarked (the scale rows by descriptor too).
+    base = default_config("mxfp4_68", "fp8").replace(dot=dot)
+    for cfg in (base, base.replace(LOADS="descriptor", TILES=16, num_stages=3)):
+        out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=device)
+        logits(p["q"], p["w"], cache.to(device), "mxfp4_68", page, p["block_table"], p["seq_of"], p["k_start"],
+               p["k_end"], p["max_len"], cfg, out=out)
+        # Under the interpreter the fp8 products are summed in fp32; a GPU's fp8 MMA adds with fewer bits.
+        tight = 1e-5 if target_name == "interp" else 2e-3
+        assert compare(out.cpu(), ref(flushed), tight) is None, (cfg["LOADS"], compare(out.cpu(), ref(flushed), tight))
+        assert compare(out.cpu(), ref(cache), TOL) is None
 
 
 def test_descriptor_loads_are_nvidia_only() -> None:

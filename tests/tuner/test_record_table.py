@@ -73,6 +73,15 @@ def test_logits_breakdown_variants_leave_out_exactly_their_stage() -> None:
             kv, raw = DECODE_CALL.findall(src)[0][1:]
             assert all(n.strip() in _summed(no_dot) for n in kv.split(","))
             assert all(n.strip() in _summed(loads) for n in raw.split(","))
+            # no_decode: on the key-scaled paths, both calls of the conversion (plain and PREFETCH)
+            # become the bitcast stand-in and the dot stays; elsewhere the variant is not made.
+            no_dec = variant(src, "no_decode")
+            if dot in ("fp8key", "fp8keylut"):
+                ast.parse(no_dec)
+                assert not DECODE_CALL.search(no_dec) and len(HEADS_CALL.findall(no_dec)) == 1
+                assert no_dec.count("k0 = tl.reshape(tl.join(kb, kb), [BLOCK_N, DIMS])") == 2
+            else:
+                assert no_dec is None
 
 
 def _summed(src: str) -> str:

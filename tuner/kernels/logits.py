@@ -41,14 +41,24 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # each chunk's scale relative to its key's largest folded into the e4m3 exponents (shifts of up to
 # 11 binades are exact; a chunk further below, under 2**-11 of the largest, is flushed to zero) and
 # one scale per key applied to the scores, as fp8_132's. Codes by integer ops, or by prmt lookups
-# (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 267.8 us against
-# fp8lut's 275.5 (prefill 4K x 16K: 2.62 against 3.4 ms); fp8key 535 us.
+# (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 225.9 us with
+# descriptor loads (fp8lut 276.7, results/logits_scale_desc_ab.md; prefill 4K x 16K 2.76 against 3.4
+# ms); fp8key 535 us.
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "f16", "bf16", "scaled")
 # The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
 E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut")
 # The dot paths that take e2m1 records chunk by chunk (a K=32 dot per ue8m0 scale).
 CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
+# The dot paths that fold the chunk scales into the codes (one scale per key); with LOADS=descriptor
+# they also read the scale rows by descriptor, which took mxfp4_68 B=64 x 64K from 270 to 228 us
+# (fp8keylut) but cost fp8_132 (152 -> 166 us) and fp8lut (277 -> 322): H200, 2026-11-29,
+# results/logits_scale_desc_ab.md.
+KEY_SCALED_DOTS: tuple[str, ...] = ("fp8key", "fp8keylut")
+# ... for tiles of at least this many keys: 16-key tiles (64-byte boxes of scale words) at
+# num_stages=3 fault with a misaligned address on sm_90 (Triton 3.6; 32 and 64 keys, and 16 keys at
+# 1 or 2 stages, run right: H200, 2026-11-29, results/logits_desc16_fault_h200.log).
+SCALE_DESC_MIN_KEYS = 32
 HEAD_DIM = 128
 SEED_HEADS = 64
 SEED_TOPK = 512
@@ -211,7 +221,8 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
         raise ValueError(f"the {dot} path decodes e2m1 elements; {f.name} has none (use fp8)")
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
-    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot)})
+    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot),
+                               "scale_desc": scale_desc(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,11 +308,17 @@ def logits(
     # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
     # 16-byte multiples: any page size divisible by 4); elsewhere the same config gathers.
     desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0
-    k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
-                              [1, bn, desc_box(f, cfg["dot"])]) if desc else cache
+    k_desc = s_desc = cache
+    if desc:
+        k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
+                                  [1, bn, desc_box(f, cfg["dot"])])
+    if desc and scale_desc(f, cfg["dot"], bn):
+        # The scale rows (one 32-bit word a key) follow a page's data rows: a 16-byte aligned start.
+        scales = cache.view(torch.int32)[:, page_size * f.data_bytes // 4:]
+        s_desc = TensorDescriptor(scales, [cache.shape[0], page_size], [pb // 4, 1], [1, bn])
     grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
     mod.logits_kernel[grid](
-        q, w, cache, k_desc, block_table, seq_of, k_start, k_end, out,
+        q, w, cache, k_desc, s_desc, block_table, seq_of, k_start, k_end, out,
         t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
         TILE_LOOKUP=tile_lookup, Q_FP8=qdt == "fp8",
@@ -314,6 +331,12 @@ def logits(
 def chunked(f: RecordFormat, dot: str) -> bool:
     """Whether the `dot` path takes `f`'s records chunk by chunk of 32 dims (e2m1 records only)."""
     return f.elem == "e2m1" and dot in CHUNKED_DOTS
+
+
+def scale_desc(f: RecordFormat, dot: str, block_n: int = SCALE_DESC_MIN_KEYS) -> bool:
+    """Whether LOADS=descriptor also reads the scale rows by descriptor, for tiles of `block_n`
+    keys (see KEY_SCALED_DOTS)."""
+    return f.elem == "e2m1" and dot in KEY_SCALED_DOTS and block_n >= SCALE_DESC_MIN_KEYS
 
 
 def desc_box(f: RecordFormat, dot: str) -> int:
@@ -516,6 +539,7 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
         signature={
             "q_ptr": "*fp8e4nv" if q_dtype == "fp8" else "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8",
             "k_desc": f"tensordesc<u8[1, {cfg['BLOCK_N']}, {desc_box(get_format(fmt), dot)}]>" if desc else "*u8",
+            "s_desc": f"tensordesc<i32[1, {cfg['BLOCK_N']}]>" if desc and scale_desc(get_format(fmt), dot, cfg["BLOCK_N"]) else "*u8",
             "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
             "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
             "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "QT": "constexpr",
@@ -552,7 +576,7 @@ class _LogitsFamily:
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
-        return (frozenset({"cache_ptr", "k_desc"}),)  # k_desc: the cache again, unless a descriptor
+        return (frozenset({"cache_ptr", "k_desc", "s_desc"}),)  # the descriptors: the cache again, unless DESC
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an

@@ -7,6 +7,7 @@ DIMS = tl.constexpr(128)
 DATA_BYTES = tl.constexpr(64)
 SCALE_BYTES = tl.constexpr(4)
 CHUNK = tl.constexpr(32)  # dims per ue8m0 scale
+SCALE_DESC = tl.constexpr(False)  # DESC reads the scale rows by descriptor too (`logits.scale_desc`)
 
 
 @triton.jit
@@ -53,7 +54,7 @@ def _pages(bt_ptr, seq, tile_pages, i, j, lo, hi, max_pages, more, PAGE: tl.cons
 
 
 @triton.jit
-def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+def _fetch_k(cache_ptr, k_desc, s_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
              DESC: tl.constexpr):
     # Gather the tile's records (data rows, then scale rows of each key's page) as raw bytes and
     # words; _decode_k turns them into the dot's K operands. 64-bit offsets: a KV pool is
@@ -64,7 +65,12 @@ def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl
     # Scale rows are 4 bytes and 4-byte aligned (page_bytes, P * DATA_BYTES and SCALE_BYTES are
     # multiples of 4): one 32-bit load per key.
     srow = (base + PAGE * DATA_BYTES + off * SCALE_BYTES) // 4
-    sw = tl.load(cache_ptr.to(tl.pointer_type(tl.int32)) + srow, mask=ok, other=0)
+    if DESC and SCALE_DESC and BLOCK_N >= 32:
+        # The tile's scale rows, contiguous in its page's scale area: one descriptor load (no
+        # per-key addresses), read unmasked like the data rows (absent keys are masked at the store).
+        sw = tl.reshape(s_desc.load([tile_page, j0 % PAGE]), [BLOCK_N])
+    else:
+        sw = tl.load(cache_ptr.to(tl.pointer_type(tl.int32)) + srow, mask=ok, other=0)
     if DESC:
         kb = tl.reshape(k_desc.load([tile_page, j0 % PAGE, 0]), [BLOCK_N, DATA_BYTES])
     else:
@@ -73,7 +79,7 @@ def _fetch_k(cache_ptr, k_desc, page, tile_page, j, j0, ok, page_bytes, PAGE: tl
 
 
 @triton.jit
-def _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages, more, page_bytes,
+def _fetch_tile(bt_ptr, cache_ptr, k_desc, s_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages, more, page_bytes,
                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr,
                 DESC: tl.constexpr):
     # Keys j0 + jj of tile i: which are present (see _pages), and their records' raw bytes (see _fetch_k).
@@ -82,7 +88,7 @@ def _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, m
     tile_page = 0
     if DESC:  # (DESC implies TILE_LOOKUP) the tile's page, as a scalar coordinate
         tile_page = _tile_page(tile_pages, i, TILES)
-    kb, sw = _fetch_k(cache_ptr, k_desc, page, tile_page, j0 + jj, j0, ok, page_bytes, PAGE, BLOCK_N, DESC)
+    kb, sw = _fetch_k(cache_ptr, k_desc, s_desc, page, tile_page, j0 + jj, j0, ok, page_bytes, PAGE, BLOCK_N, DESC)
     return ok, kb, sw
 
 
@@ -137,7 +143,7 @@ def _heads(
 
 @triton.jit
 def _program(
-    q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
+    q_ptr, w_ptr, cache_ptr, k_desc, s_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr,
     t_vec, base, n_tokens, max_len, max_pages, page_bytes,
     R: tl.constexpr, HI: tl.constexpr, HEADS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
     TILES: tl.constexpr, TILE_LOOKUP: tl.constexpr, Q_FP8: tl.constexpr, KEYS_M: tl.constexpr,
@@ -163,7 +169,7 @@ def _program(
             q0, w = _load_q(q_ptr, w_ptr, t_vec, t_ok, 0, R, HI, HEADS, Q_FP8)
         tile_pages = _tile_pages(bt_ptr, seq, base, max_pages, PAGE, BLOCK_N, TILES, TILE_LOOKUP)
         if PREFETCH:
-            ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
+            ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, s_desc, seq, tile_pages, 0, base, jj, lo, hi, max_pages, base >= 0,
                                         page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
         for i in range(TILES):
             j0 = base + i * BLOCK_N
@@ -173,10 +179,10 @@ def _program(
                 # this tile's dots, so their latency hides behind them (nothing past the last tile).
                 tile_ok = ok
                 kb, ksc = _decode_k(kb, sw, BLOCK_N)
-                ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i + 1, j0 + BLOCK_N, jj, lo, hi,
+                ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, s_desc, seq, tile_pages, i + 1, j0 + BLOCK_N, jj, lo, hi,
                                             max_pages, i + 1 < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
             else:
-                tile_ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages,
+                tile_ok, kb, sw = _fetch_tile(bt_ptr, cache_ptr, k_desc, s_desc, seq, tile_pages, i, j0, jj, lo, hi, max_pages,
                                                  i < TILES, page_bytes, PAGE, BLOCK_N, TILES, TILE_LOOKUP, DESC)
                 kb, ksc = _decode_k(kb, sw, BLOCK_N)
             if HEADS == HI:
@@ -203,6 +209,7 @@ def logits_kernel(
     w_ptr,  # [T, HI] fp32, contiguous
     cache_ptr,  # uint8, pages of page_bytes
     k_desc,  # DESC: the pages' data rows as a tensor descriptor [pages, PAGE, DATA_BYTES] (else cache_ptr again, unused)
+    s_desc,  # DESC: the pages' scale rows as int32 words, a tensor descriptor [pages, PAGE] (else cache_ptr again)
     bt_ptr,  # [B, max_pages] int32, contiguous; -1 = no page
     seq_ptr,  # [T] int32
     ks_ptr,  # [T] int32
@@ -229,7 +236,7 @@ def logits_kernel(
     base = tl.program_id(0) * (TILES * BLOCK_N)
     t0 = tl.program_id(1) * QT
     if QT == 1:
-        _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
+        _program(q_ptr, w_ptr, cache_ptr, k_desc, s_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + tl.arange(0, 1), base,
                  n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
     else:
         t_vec = t0 + tl.arange(0, QT)
@@ -239,11 +246,11 @@ def logits_kernel(
         same = tl.sum((t_ok & (sq != s0)).to(tl.int32), axis=0) == 0
         if same:
             # Prefill: the QT tokens share their sequence's K tiles, one dot of QT * HEADS rows.
-            _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
+            _program(q_ptr, w_ptr, cache_ptr, k_desc, s_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t_vec, base,
                      n_tokens, max_len, max_pages, page_bytes, QT, HI, HEADS, PAGE, BLOCK_N, TILES, TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
         else:
             # A group straddling sequences: each token on its own.
             for g in tl.static_range(QT):
-                _program(q_ptr, w_ptr, cache_ptr, k_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
+                _program(q_ptr, w_ptr, cache_ptr, k_desc, s_desc, bt_ptr, seq_ptr, ks_ptr, ke_ptr, out_ptr, t0 + g + tl.arange(0, 1),
                          base, n_tokens, max_len, max_pages, page_bytes, 1, HI, HEADS, PAGE, BLOCK_N, TILES,
                          TILE_LOOKUP, Q_FP8, KEYS_M, PREFETCH, DESC)
