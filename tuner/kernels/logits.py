@@ -582,7 +582,7 @@ class _LogitsFamily:
         """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
         fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot),
         the heads-on-M orientation and PREFETCH of the fp8 and scaled paths, and descriptor loads on
-        both formats."""
+        both formats (on the key-scaled paths, of the scale rows too)."""
         cases = []
         for fmt in LOGITS_FORMATS:
             for variant in VARIANTS:
@@ -606,6 +606,10 @@ class _LogitsFamily:
         cases.append(_xcompile_case("fp8_132", "fp8", "soft", "fp8", cfg, "fp8_132 q=fp8 descriptor"))
         cfg = default_config("mxfp4_68", "fp8").replace(LOADS="descriptor", TILES=16, num_stages=3)
         cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", cfg, "mxfp4_68 q=fp8 descriptor"))
+        # The key-scaled paths' descriptor loads take the scale rows too (a second descriptor).
+        for dot in KEY_SCALED_DOTS:
+            cases.append(_xcompile_case("mxfp4_68", dot, "soft", "fp8", cfg.replace(dot=dot),
+                                        "mxfp4_68 q=fp8 descriptor, scale rows too"))
         return cases
 
     def space(self, key: ProblemKey) -> Space:
