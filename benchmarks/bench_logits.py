@@ -78,6 +78,9 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
                  keys_m.replace(QT=2, PREFETCH=1), keys_m.replace(QT=2, TILES=8, PREFETCH=1),
                  keys_m.replace(QT=2, LOADS="descriptor", num_stages=3), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8lut"),
                  keys_m.replace(TILES=16, dot="fp8keylut"), keys_m.replace(QT=2, LOADS="descriptor", dot="fp8keylut"),
+                 # With the scale rows by descriptor too, 3 stages: 2376 vs 2779 us at 2 (H200,
+                 # 2026-11-29, results/logits_prefill_ab.md).
+                 keys_m.replace(QT=2, LOADS="descriptor", dot="fp8keylut", num_stages=3),
                  keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3)]
     if smoke:
         picks = [d.replace(BLOCK_N=32, TILES=2)]
