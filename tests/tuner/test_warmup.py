@@ -175,12 +175,16 @@ _READERS = [
     ("decode", Bucket("T", 1, 4), ("comp_cache", "win_cache"), ("nvfp4_288", "fp8_528"), {}),
     ("logits", Bucket("B", 1, 3, 200), ("cache",), ("mxfp4_68", "fp8"), {}),
 ]
-# Tiles by tensor-descriptor loads (NVIDIA only): the descriptor is an argument of its own kind.
+# Tiles by tensor-descriptor loads (NVIDIA only): the descriptor is an argument of its own kind;
+# the key-scaled mxfp4_68 paths take the scale rows by a second one.
 _DESCRIPTOR = ("logits", Bucket("B", 1, 3, 200), ("cache",), ("fp8_132", "fp8"), {"LOADS": "descriptor", "num_stages": 3})
+_SCALE_DESCRIPTOR = ("logits", Bucket("B", 1, 3, 200), ("cache",), ("mxfp4_68", "fp8"),
+                     {"LOADS": "descriptor", "num_stages": 3, "dot": "fp8key"})
 
 
 @pytest.mark.parametrize("target,family,bucket,pools,formats,over",
-                         [(t, *r) for t in ("gfx950", "sm_90") for r in _READERS] + [("sm_90", *_DESCRIPTOR)])
+                         [(t, *r) for t in ("gfx950", "sm_90") for r in _READERS]
+                         + [("sm_90", *_DESCRIPTOR), ("sm_90", *_SCALE_DESCRIPTOR)])
 def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...],
                                              formats: tuple[str, str], over: dict, target: str) -> None:
     """Decode and logits on real argument sets: every size of the bucket, each pool small, or a
@@ -206,7 +210,10 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
             seen |= real
     assert seen == specs, f"keys never hit: {specs - seen}"
     if over.get("LOADS") == "descriptor":
-        assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {"tensordesc<u8[1, 64, 128]>"}
+        row = 128 if formats[0] == "fp8_132" else 64  # data bytes a record
+        assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {f"tensordesc<u8[1, 64, {row}]>"}
+        scale_rows = {a.type for k in keys for a in k.args if a.name == "s_desc"}
+        assert scale_rows == ({"tensordesc<i32[1, 64]>"} if over.get("dot") == "fp8key" else {"*u8"}), scale_rows
     if target == "gfx950":
         # Each pool's pointer comes in both pointer-range classes; NVIDIA has no such class.
         for k in keys:
