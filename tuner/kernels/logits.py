@@ -222,7 +222,7 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
     return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot),
-                               "scale_desc": scale_desc(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
+                               "keyscaled": key_scaled(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,10 +333,15 @@ def chunked(f: RecordFormat, dot: str) -> bool:
     return f.elem == "e2m1" and dot in CHUNKED_DOTS
 
 
-def scale_desc(f: RecordFormat, dot: str, block_n: int = SCALE_DESC_MIN_KEYS) -> bool:
+def key_scaled(f: RecordFormat, dot: str) -> bool:
+    """Whether the `dot` path folds `f`'s chunk scales into the codes, one scale per key."""
+    return f.elem == "e2m1" and dot in KEY_SCALED_DOTS
+
+
+def scale_desc(f: RecordFormat, dot: str, block_n: int) -> bool:
     """Whether LOADS=descriptor also reads the scale rows by descriptor, for tiles of `block_n`
-    keys (see KEY_SCALED_DOTS)."""
-    return f.elem == "e2m1" and dot in KEY_SCALED_DOTS and block_n >= SCALE_DESC_MIN_KEYS
+    keys (see KEY_SCALED_DOTS and SCALE_DESC_MIN_KEYS; the template makes the same test)."""
+    return key_scaled(f, dot) and block_n >= SCALE_DESC_MIN_KEYS
 
 
 def desc_box(f: RecordFormat, dot: str) -> int:
