@@ -27,7 +27,7 @@ if "--smoke" in sys.argv and not torch.cuda.is_available():
 from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
 from tuner.core import Bucket, Config  # noqa: E402
 from tuner.kernels.logits import (  # noqa: E402
-    LOGITS_FORMATS, default_config, legality, logits, logits_bytes, logits_flops, logits_key, make_inputs, space,
+    LOGITS_FORMATS, default_config, dot_config, legality, logits, logits_bytes, logits_flops, logits_key, make_inputs, space,
     variant_of, verify_inputs,
 )
 from tuner.targets import detect  # noqa: E402
@@ -71,6 +71,9 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
         keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3),
         keys_m.replace(LOADS="descriptor", TILES=8, dot="fp8keylut", num_stages=3),
         keys_m.replace(TILES=16, dot="fp8keylut"), keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8key", num_stages=3),
+        # The Gluon kernel (sm_90, mxfp4_68): async wgmma, the head sum by a second MMA. TILES and
+        # the TMA ring's depth (num_stages) are its free parameters.
+        *[dot_config(d, "wgmma").replace(TILES=t, num_stages=n) for t, n in ((16, 2), (16, 3), (8, 2), (4, 2), (2, 2))],
     ]
     if prefill:
         picks = [keys_m.replace(QT=2, dot="fp8lut"), heads_m.replace(QT=2), keys_m.replace(QT=2),
@@ -81,7 +84,8 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
                  # With the scale rows by descriptor too, 3 stages: 2376 vs 2779 us at 2 (H200,
                  # 2026-11-29, results/logits_prefill_ab.md).
                  keys_m.replace(QT=2, LOADS="descriptor", dot="fp8keylut", num_stages=3),
-                 keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3)]
+                 keys_m.replace(LOADS="descriptor", TILES=16, dot="fp8keylut", num_stages=3),
+                 dot_config(d, "wgmma").replace(TILES=16), dot_config(d, "wgmma").replace(TILES=8)]
     if smoke:
         picks = [d.replace(BLOCK_N=32, TILES=2)]
     if given is not None:
@@ -104,7 +108,7 @@ def check_variants(fmt: str, target: str, device: str, smoke: bool) -> dict[str,
         sp = space(fmt, qdt)
         for dot in sp.params[0].choices:
             for backend in sp.params[1].choices:
-                cfg = default_config(fmt, qdt).replace(dot=dot, backend=backend)
+                cfg = dot_config(default_config(fmt, qdt), dot, backend)
                 if sp.infeasible(cfg) or legality(variant_of(cfg), target):
                     continue
                 name = f"{variant_of(cfg)} q={qdt}"
@@ -227,6 +231,7 @@ def main() -> int:
                     help="NAME=v,... over the default: time these instead of the hand-picked sweep (repeatable)")
     ap.add_argument("--shapes", default=None, help="only these shapes, e.g. B=8,B=64,T (default: all)")
     ap.add_argument("--skip-checks", action="store_true", help="no per-variant check (each timed config is still verified)")
+    ap.add_argument("--name", default="logits", help="results file stem under --out (default: logits)")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(LOGITS_FORMATS):
@@ -264,7 +269,7 @@ def main() -> int:
         payload = {"provenance": provenance(), "target": target, "copy_bw": copy_bw, "smoke": args.smoke,
                    "seconds": time.time() - t_start, "checks": checks, "shapes": shapes}
         md = markdown(payload)
-        write_results(args.out, "logits_smoke" if args.smoke else "logits", payload, md)
+        write_results(args.out, f"{args.name}_smoke" if args.smoke else args.name, payload, md)
         return md
 
     for fmt in formats:

@@ -49,8 +49,9 @@ def _fma_bf16x2(a: int, b: int, c: int) -> int:
 
 def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
     """Execute the few PTX instructions the e2m1 lookups use (mov, and, or, not, shl, shr.u32,
-    add.u32, mul.lo.u32, prmt without mode, fma.rn.bf16x2) on 32-bit values (results mod 2**32),
-    as the PTX ISA defines them. `$n` operands are registers."""
+    add.u32, mul.lo.u32, prmt with and without its sign-replicating mode, lop3, fma.rn.bf16x2,
+    cvt.rn.relu.bf16x2.f32) on 32-bit values (results mod 2**32), as the PTX ISA defines them.
+    `$n` operands are registers."""
     def val(tok: str) -> int:
         tok = tok.strip()
         return regs[tok] if tok in regs else int(tok, 0)
@@ -80,6 +81,18 @@ def run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
             r = a[0] * a[1]
         elif op == "fma.rn.bf16x2":
             r = _fma_bf16x2(*a)
+        elif op == "lop3.b32":
+            # Bit i of the result is bit (a_i << 2 | b_i << 1 | c_i) of the immediate table.
+            r = 0
+            for i in range(32):
+                r |= ((a[3] >> (((a[0] >> i) & 1) << 2 | ((a[1] >> i) & 1) << 1 | ((a[2] >> i) & 1))) & 1) << i
+        elif op == "cvt.rn.relu.bf16x2.f32":
+            # d.hi = bf16(relu(a)), d.lo = bf16(relu(b)); NaN stays NaN.
+            def relu_bits(x: int) -> int:
+                f = struct.unpack("<f", struct.pack("<I", x & 0xFFFFFFFF))[0]
+                return bf16_bits(f if math.isnan(f) or f > 0 else 0.0)
+
+            r = relu_bits(a[0]) << 16 | relu_bits(a[1])
         elif op == "prmt.b32":
             pool = [(a[0] >> (8 * i)) & 0xFF for i in range(4)] + [(a[1] >> (8 * i)) & 0xFF for i in range(4)]
             r = 0

@@ -304,6 +304,8 @@ def compile_request(req: dict[str, Any]) -> Any:
     aligned = set(req.get("aligned_ints", ()))
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items()
              if ty.startswith("*") or a in aligned}
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
     src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"], attrs=attrs)
     return triton.compile(src, target=target.gpu_target(),
                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})

@@ -196,15 +196,31 @@ def stand_in(ty: str, spec: str, large: bool = False) -> torch.Tensor:
     return base if "D" in spec else base[1:]
 
 
-def stand_in_descriptor(ty: str) -> TensorDescriptor:
+def stand_in_descriptor(ty: str) -> Any:
     """A tensor descriptor Triton specialises as `ty` ('tensordesc<u8[1, 64, 128]>'): over a meta
-    tensor of exactly one block (Triton keys a descriptor by its element type and block shape)."""
-    m = re.fullmatch(r"tensordesc<(\w+)\[([\d, ]+)\]>", ty)
+    tensor of exactly one block (Triton keys a descriptor by its element type and block shape).
+    A Gluon kernel's descriptor also carries its shared-memory layout ('tensordesc<u8[1, 64, 64],
+    NVMMASharedLayout(...)>'): the stand-in is a Gluon descriptor with that layout."""
+    m = re.fullmatch(r"tensordesc<(\w+)\[([\d, ]+)\](?:,(.+))?>", ty)
     if m is None:
         raise ValueError(f"cannot stand in for a descriptor of type {ty}")
     block = [int(x) for x in m.group(2).split(",")]
     base = torch.empty(block, dtype=_TORCH_DTYPES[m.group(1)], device="meta")
-    return TensorDescriptor(base, list(base.shape), list(base.stride()), block)
+    if m.group(3) is None:
+        return TensorDescriptor(base, list(base.shape), list(base.stride()), block)
+    from triton.experimental.gluon.language import NVMMASharedLayout
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+    if not m.group(3).startswith("NVMMASharedLayout("):
+        raise ValueError(f"cannot stand in for a descriptor of type {ty}")
+    layout = eval(m.group(3), {"__builtins__": {}}, {"NVMMASharedLayout": NVMMASharedLayout})  # Triton's own repr
+    return GluonDescriptor(base, list(base.shape), list(base.stride()), block, layout)
+
+
+def _is_descriptor(value: Any) -> bool:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+    return isinstance(value, (TensorDescriptor, GluonDescriptor))
 
 
 _TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -223,7 +239,7 @@ def launch_specs(launch: Launch, backend: type, pools: Sequence[frozenset[str]])
     consts = _constexpr_names(launch)
     base: list[ArgSpec] = []
     for name, value in launch.bound().items():
-        if isinstance(value, (torch.Tensor, TensorDescriptor)):
+        if isinstance(value, torch.Tensor) or _is_descriptor(value):
             ty, spec = classify(value, backend)  # a descriptor: ('tensordesc<u8[1, 64, 128]>', None)
             base.append(ArgSpec(name, ty, spec))
         elif isinstance(value, int) and not isinstance(value, bool) and name not in consts:
@@ -438,6 +454,8 @@ def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
     constexprs = {a.name: a.spec for a in key.args if a.type == "constexpr"}
     attrs = {(names.index(a.name),): backend.parse_attr(a.spec) for a in key.args
              if a.type != "constexpr" and isinstance(a.spec, str) and a.spec}
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=get_target(tname).gpu_target(),
                           options={"num_warps": key.num_warps, "num_stages": key.num_stages})

@@ -15,8 +15,9 @@ from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
 from tuner.kernels.logits import (
-    E2M1_ONLY_DOTS, FAMILY, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, default_config, legality, logits, logits_key,
-    make_query, paged_sequences, parse_variant, random_cache, render_variant, space, variant_of,
+    E2M1_ONLY_DOTS, FAMILY, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, WGMMA_DESC_TYPE, default_config,
+    dot_config, legality, logits, logits_key, make_query, paged_sequences, parse_variant, random_cache, render_variant,
+    space, variant_of, wgmma_descriptor,
 )
 from tuner.reference import compare, logits_reference
 
@@ -30,7 +31,7 @@ def _legal_dots(fmt: str, q_dtype: str, target: str) -> list[Config]:
     out = []
     for dot in sp.params[0].choices:
         for backend in sp.params[1].choices:
-            cfg = base.replace(dot=dot, backend=backend)
+            cfg = dot_config(base, dot, backend)
             if sp.infeasible(cfg) is None and legality(variant_of(cfg), target) is None:
                 out.append(cfg)
     return out
@@ -260,6 +261,7 @@ XCOMPILE_EXPECT = {
     "fp8lut": {"sm_90", "sm_100"},
     "fp8key": {"sm_90", "sm_100", "gfx942", "gfx950"},
     "fp8keylut": {"sm_90", "sm_100"},
+    "wgmma": {"sm_90"},
     "f16.soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
     "f16.ptx": {"sm_100"},
     "f16.gfx950": {"gfx950"},
@@ -275,7 +277,7 @@ def test_legality_table() -> None:
         for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
             assert (legality(variant, t) is None) == (t in legal), (variant, t)
     assert legality("fp8", "interp") is None and legality("f16.soft", "interp") is None
-    assert legality("scaled", "interp") and legality("bf16.soft", "interp")
+    assert legality("scaled", "interp") and legality("bf16.soft", "interp") and legality("wgmma", "interp")
 
 
 def test_xcompile_table_matches_the_issue() -> None:
@@ -358,7 +360,97 @@ def test_fp8keylut_asm_gives_the_shifted_e4m3_code_of_every_nibble() -> None:
             assert (out["$1"] >> (8 * j)) & 0xFF == code(byte >> 4, sh[j]), (hex(x), j, sh, "high nibble")
 
 
-@pytest.mark.parametrize("dot", ["fp8key", "fp8keylut"])
+def test_wgmma_codes_asm_gives_the_shifted_e4m3_code_of_every_nibble_in_order() -> None:
+    # The wgmma path's PTX, executed on every byte value in every position (and random words),
+    # for every chunk shift u (the kernel's code tables for u = 0..11; all zero for a flushed
+    # chunk) and both halves of the word: output byte j of half h must be the e4m3 code of element
+    # 4 h + j of the word (elements 2i and 2i+1 in the low and high nibble of byte i) times
+    # 2**(u - 5), torch's float8_e4m3fn as the judge; a flushed one a zero of its sign.
+    import random
+
+    src = render_variant("mxfp4_68", "wgmma").source
+    asm, constraints, pack = asm_of(src, "_codes")
+    assert constraints == "=r," + ",".join(["r"] * 20) and pack == 4
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+
+    def code(nib: int, u: int) -> int:
+        if u < 0:
+            return nib & 8 and 0x80
+        return int(torch.tensor([e2m1[nib] * 2.0 ** (u - 5)]).to(torch.float8_e4m3fn).view(torch.uint8))
+
+    rng = random.Random(3)
+    words = [b * 0x01010101 for b in range(256)] + [rng.getrandbits(32) for _ in range(600)]
+    for u in range(-1, 12):
+        keep = int(u >= 0)
+        la, lb = (u * 0x08080800 + 0x14100800) * keep, (u * 0x08080808 + 0x24201C18) * keep
+        for x in words:
+            for half in (0, 1):
+                out = run_ptx(asm, {"$1": x, "$5": la, "$9": lb, "$13": 16 * half, "$17": 0xD9C8 + 0x2222 * half})
+                for j in range(4):
+                    k = 4 * half + j
+                    nib = (x >> (4 * k)) & 0xF
+                    assert (out["$0"] >> (8 * j)) & 0xFF == code(nib, u), (hex(x), u, half, j)
+    # The tables the kernel builds are these (the same formula, in the rendered source).
+    assert "la = (u * 0x08080800 + 0x14100800) * keep" in src and "lb = (u * 0x08080808 + 0x24201C18) * keep" in src
+
+
+def test_wgmma_relu_asm_rounds_to_bf16_and_keeps_nan() -> None:
+    import math
+    import random
+    import struct
+
+    from tests.ptx_emulation import bf16_bits
+
+    asm, constraints, pack = asm_of(render_variant("mxfp4_68", "wgmma").source, "_relu_bf16")
+    assert constraints == "=r,r,r" and pack == 2
+    rng = random.Random(4)
+    vals = [0.0, -0.0, 1.0, -1.0, 3.1e38, -3.1e38, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40]
+    vals += [rng.uniform(-1e6, 1e6) for _ in range(500)]
+    bits = lambda f: struct.unpack("<I", struct.pack("<f", f))[0]  # noqa: E731
+    for a, b in zip(vals, reversed(vals)):
+        out = run_ptx(asm, {"$1": bits(a), "$2": bits(b)})["$0"]
+        for half, v in ((0, a), (1, b)):  # element 0 in the low half
+            want = bf16_bits(v if math.isnan(v) or v > 0 else 0.0)
+            assert (out >> (16 * half)) & 0xFFFF == want, (a, b, half)
+
+
+def test_wgmma_space_and_descriptor_type() -> None:
+    # The wgmma path fixes all but TILES and num_stages; it exists for mxfp4_68 with an fp8 query.
+    sp = space("mxfp4_68", "fp8")
+    base = dot_config(default_config("mxfp4_68", "fp8"), "wgmma")
+    assert sp.infeasible(base) is None and sp.infeasible(base.replace(TILES=1, num_stages=1)) is None
+    for off in ({"BLOCK_N": 32}, {"QT": 2}, {"HEADS": 32}, {"MMA": "heads_m"}, {"LOADS": "gather"}, {"num_warps": 8}):
+        assert "wgmma" in sp.infeasible(base.replace(**off)), off
+    assert "wgmma" not in space("fp8_132", "fp8").params[0].choices
+    assert "wgmma" not in space("mxfp4_68", "bf16").params[0].choices
+    assert dot_config(default_config("mxfp4_68", "fp8", heads=32), "wgmma", heads=32)["HEADS"] == 32
+    # Its descriptor, as Triton types it: the signature the xcompile table and warmup keys use, and
+    # what a warmup stand-in built from that type specialises as.
+    from tuner.warmup import backend_class, classify, stand_in_descriptor
+
+    cache = random_cache("mxfp4_68", 3, 128, "cpu", torch.Generator().manual_seed(0))
+    be = backend_class("sm_90")
+    assert classify(wgmma_descriptor(cache, "mxfp4_68", 128), be)[0] == WGMMA_DESC_TYPE
+    assert classify(stand_in_descriptor(WGMMA_DESC_TYPE), be)[0] == WGMMA_DESC_TYPE
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the wgmma path runs on sm_90 (a Gluon kernel)")
+@pytest.mark.parametrize("page", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_wgmma_matches_reference(page: int, kind: str, target_name: str, device: str) -> None:
+    # Every TMA ring depth (deeper than a program's tiles too), programs whose last tiles lie past
+    # their sequences, 16..128 heads; pages under 64 keys run the same arithmetic by the Triton
+    # kernel (fp8keylut).
+    if legality("wgmma", target_name):
+        pytest.skip(f"wgmma cannot run on {target_name}: {legality('wgmma', target_name)}")
+    for heads, tiles, stages in ((64, 1, 1), (64, 2, 2), (64, 16, 3), (16, 2, 2), (32, 1, 3), (128, 4, 2)):
+        p = _problem(kind, "mxfp4_68", "fp8", page, device, heads=heads, seed=page + heads)
+        cfg = dot_config(default_config("mxfp4_68", "fp8", heads), "wgmma", heads=heads).replace(TILES=tiles,
+                                                                                                 num_stages=stages)
+        _check_config(p, "mxfp4_68", cfg)
+
+
+@pytest.mark.parametrize("dot", ["fp8key", "fp8keylut", "wgmma"])
 def test_key_scaled_paths_fold_chunk_scales_exactly_and_flush_only_far_chunks(dot: str, target_name: str,
                                                                              device: str) -> None:
     # fp8key folds each 32-dim chunk's scale, relative to its key's largest, into the e4m3
@@ -389,13 +481,15 @@ def test_key_scaled_paths_fold_chunk_scales_exactly_and_flush_only_far_chunks(do
                                 p["seq_of"].cpu(), p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
 
     # Gathered, and by descriptor loads as benchmarked (the scale rows by descriptor too).
-    base = default_config("mxfp4_68", "fp8").replace(dot=dot)
-    for cfg in (base, base.replace(LOADS="descriptor", TILES=16, num_stages=3)):
+    base = dot_config(default_config("mxfp4_68", "fp8"), dot)
+    cfgs = [base.replace(TILES=16)] if dot == "wgmma" else [base, base.replace(LOADS="descriptor", TILES=16, num_stages=3)]
+    for cfg in cfgs:
         out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=device)
         logits(p["q"], p["w"], cache.to(device), "mxfp4_68", page, p["block_table"], p["seq_of"], p["k_start"],
                p["k_end"], p["max_len"], cfg, out=out)
-        # Under the interpreter the fp8 products are summed in fp32; a GPU's fp8 MMA adds with fewer bits.
-        tight = 1e-5 if target_name == "interp" else 2e-3
+        # Under the interpreter the fp8 products are summed in fp32; a GPU's fp8 MMA adds with fewer
+        # bits; wgmma's head sum takes the relu'd scores rounded to bf16 (~2e-3 on these inputs).
+        tight = 1e-5 if target_name == "interp" else 5e-3 if dot == "wgmma" else 2e-3
         assert compare(out.cpu(), ref(flushed), tight) is None, (cfg["LOADS"], compare(out.cpu(), ref(flushed), tight))
         assert compare(out.cpu(), ref(cache), TOL) is None
 

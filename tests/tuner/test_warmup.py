@@ -253,3 +253,37 @@ def test_gpu_descriptor_keys_warm_every_launch_over_2gib() -> None:
                 fam.run(key, cfg, dict(inp, cache=cache))
         torch.cuda.synchronize()
         del big
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an sm_90 GPU to record, compile for and launch on")
+def test_gpu_wgmma_keys_warm_every_launch_over_2gib() -> None:
+    # The Gluon wgmma path (its descriptor carries a shared-memory layout): keys recorded on the
+    # GPU, warm() compiles them from stand-ins, and real launches at every size of the bucket, on
+    # a small pool and one over 2 GiB, compile nothing.
+    from tuner.kernels import get_family
+    from tuner.kernels.logits import WGMMA_DESC_TYPE, dot_config
+    from tuner.keys import make_key
+    from tuner.targets import detect
+    from tuner.warmup import warm
+
+    if detect().name != "sm_90":
+        pytest.skip("the wgmma path is sm_90's")
+    fam = get_family("logits")
+    key = make_key("logits", "sm_90", 64, 512, 0, ("mxfp4_68", "fp8"))
+    cfg = dot_config(fam.default_config(key), "wgmma").replace(TILES=4)
+    bucket = Bucket("B", 1, 3, 200)
+    keys = keys_for("logits", key, cfg, bucket, "sm_90", device="cuda")
+    assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {WGMMA_DESC_TYPE}
+    rendered = fam.render(key, cfg)
+    report = warm(keys, {rendered.source_hash: rendered.source})
+    assert report.compiled >= 1
+    for n in range(1, 4):
+        inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
+        pb = inp["cache"].shape[1]
+        big = torch.empty(2**31 // pb + 8, pb, dtype=torch.uint8, device="cuda")
+        big[: inp["cache"].shape[0]] = inp["cache"]
+        with no_compiles():
+            for cache in (inp["cache"], big):
+                fam.run(key, cfg, dict(inp, cache=cache))
+        torch.cuda.synchronize()
+        del big

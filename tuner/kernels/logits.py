@@ -31,6 +31,8 @@ from tuner.reference import compare, logits_reference
 from tuner.targets import detect
 
 TEMPLATE = "logits.py.j2"
+# The `wgmma` dot path is a Gluon kernel of its own template (templates/logits_wgmma.py.j2).
+WGMMA_TEMPLATE = "logits_wgmma.py.j2"
 LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
 Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 # fp8lut: fp8 operands like fp8, the e2m1 elements turned into e4m3 codes by byte-permute table
@@ -44,9 +46,12 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 225.9 us with
 # descriptor loads (fp8lut 276.7, results/logits_scale_desc_ab.md; prefill 4K x 16K 2.76 against 3.4
 # ms); fp8key 535 us.
-DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "f16", "bf16", "scaled")
+# wgmma (e2m1 caches, sm_90): fp8keylut's codes and one scale per key, as a Gluon kernel: TMA ring,
+# async wgmma, the head sum by a second (bf16) MMA on the relu'd scores. H200 (2026-11-30),
+# mxfp4_68 B=64 x 64K: 141.5 against fp8keylut's 226.1 us in one run (results/logits_wgmma.md).
+DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma", "f16", "bf16", "scaled")
 # The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
-E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut")
+E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut", "wgmma")
 # The dot paths that take e2m1 records chunk by chunk (a K=32 dot per ue8m0 scale).
 CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
@@ -59,6 +64,15 @@ KEY_SCALED_DOTS: tuple[str, ...] = ("fp8key", "fp8keylut")
 # num_stages=3 fault with a misaligned address on sm_90 (Triton 3.6; 32 and 64 keys, and 16 keys at
 # 1 or 2 stages, run right: H200, 2026-11-29, results/logits_desc16_fault_h200.log).
 SCALE_DESC_MIN_KEYS = 32
+# The wgmma path's tiles: 64 keys (one TMA box, inside one page), one warpgroup's MMA rows.
+WGMMA_BLOCK_N = 64
+# The shared-memory swizzle (bytes) its TMA copies stage rows with: the template's kernel reads the
+# buffers back as 32-bit words in this swizzle.
+WGMMA_SWIZZLE = 64
+# Its descriptor as Triton types it (signatures, warmup keys): what Triton's specialisation writes
+# for `wgmma_descriptor`'s Gluon descriptor (tests/tuner/test_logits.py holds them together).
+WGMMA_DESC_TYPE = (f"tensordesc<u8[1, {WGMMA_BLOCK_N}, 64],NVMMASharedLayout(swizzle_byte_width={WGMMA_SWIZZLE}, "
+                   "element_bitwidth=8, rank=3, transposed=False, fp4_padded=False, cga_layout=[])>")
 HEAD_DIM = 128
 SEED_HEADS = 64
 SEED_TOPK = 512
@@ -72,6 +86,10 @@ _DOT_ILLEGAL: dict[tuple[str, str], str] = {
     ("fp8keylut", "interp"): "Triton's interpreter has no inline asm",
     ("fp8keylut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("fp8keylut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("wgmma", "interp"): "a Gluon kernel: Triton's interpreter does not run Gluon",
+    ("wgmma", "sm_100"): "Hopper's warpgroup MMA (wgmma); sm_100 has tcgen05 in its place",
+    ("wgmma", "gfx942"): "a Gluon kernel of NVIDIA Hopper operations (wgmma, TMA, PTX prmt)",
+    ("wgmma", "gfx950"): "a Gluon kernel of NVIDIA Hopper operations (wgmma, TMA, PTX prmt)",
     ("scaled", "interp"): "Triton's interpreter has no dot_scaled",
     ("bf16", "interp"): "Triton's interpreter stores bf16 as uint16 and its tl.dot multiplies those bit patterns",
 }
@@ -96,7 +114,7 @@ def parse_variant(variant: str) -> tuple[str, str]:
     return dot, backend or "soft"
 
 
-VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
 
 
 def legality(variant: str, target: str) -> str | None:
@@ -153,6 +171,12 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
         return None
 
     def _fits(c: Config) -> str | None:
+        if c["dot"] == "wgmma":
+            fixed = wgmma_fixed(heads)
+            off = sorted(k for k, v in fixed.items() if c[k] != v)
+            if off:
+                return f"the wgmma path runs {', '.join(f'{k}={fixed[k]}' for k in off)} (one warpgroup, 64-key tiles by TMA, one token, all heads)"
+            return None
         # The [QT * HEADS, BLOCK_N] fp32 scores live in registers: at most ~128 per thread.
         acc = c["QT"] * c["HEADS"] * c["BLOCK_N"]
         if acc > 128 * 32 * c["num_warps"]:
@@ -203,6 +227,22 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
     )
 
 
+def dot_config(base: Config, dot: str, backend: str = "soft", heads: int = SEED_HEADS) -> Config:
+    """`base` switched to a dot path (and e2m1 backend): for wgmma, with the parameters it fixes."""
+    cfg = base.replace(dot=dot, backend=backend)
+    return cfg.replace(**wgmma_fixed(heads)) if dot == "wgmma" else cfg
+
+
+def wgmma_fixed(heads: int = SEED_HEADS) -> dict[str, Any]:
+    """The parameters the wgmma path fixes: one warpgroup, 64-key tiles by TMA (each inside one
+    page), keys on the MMA's M side, one query token and all heads a program. TILES and
+    num_stages (the depth of its TMA ring) stay free."""
+    return {"BLOCK_N": WGMMA_BLOCK_N, "QT": 1, "HEADS": heads, "MMA": "keys_m", "PAGE_LOOKUP": "tile", "PREFETCH": 0,
+            "LOADS": "descriptor", "num_warps": 4}
+
+
+
+
 def _check_heads(heads: int) -> None:
     if heads not in (16, 32, 64, 128):
         raise ValueError(f"index heads must be 16, 32, 64 or 128 (a power of two the dot can tile), got {heads}")
@@ -221,6 +261,10 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
         raise ValueError(f"the {dot} path decodes e2m1 elements; {f.name} has none (use fp8)")
     if f.elem != "e2m1" or dot not in DECODING_DOTS:
         backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
+    if dot == "wgmma":
+        # Its layouts are written for mxfp4_68's shape: 128 dims, 4 chunks, 64-byte data rows.
+        assert (f.dims, f.tile, f.data_bytes) == (128, 32, 64), f.name
+        return R.render(WGMMA_TEMPLATE, {"fmt": f})
     return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot),
                                "keyscaled": key_scaled(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
 
@@ -295,6 +339,10 @@ def logits(
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
+    if cfg["dot"] == "wgmma" and page_size % WGMMA_BLOCK_N:
+        # Pages smaller than its 64-key tiles (16, 32): the same codes and key scales by the Triton
+        # kernel, its rows gathered.
+        cfg = cfg.replace(dot="fp8keylut", LOADS="gather")
     illegal = config_legality(cfg, detect().name)
     if illegal:
         raise ValueError(f"config {cfg.to_json()} cannot run here: {illegal}")
@@ -303,6 +351,14 @@ def logits(
     if block_table.shape[0] == 0 or block_table.shape[1] == 0:
         raise ValueError("block_table must have at least one sequence and one page column")
     mod = R.load(render_variant(f, cfg["dot"], cfg["backend"]))
+    if cfg["dot"] == "wgmma":
+        k_desc = wgmma_descriptor(cache, f, page_size)
+        grid = (triton.cdiv(max_len, WGMMA_BLOCK_N * cfg["TILES"]), t)
+        mod.logits_wgmma_kernel[grid](
+            q, w, cache, k_desc, block_table, seq_of, k_start, k_end, out, t, max_len, block_table.shape[1], pb,
+            HI=hi, PAGE=page_size, BLOCK_N=WGMMA_BLOCK_N, TILES=cfg["TILES"], NBUF=cfg["num_stages"], num_warps=4,
+        )
+        return out
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
     tile_lookup = cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
     # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
@@ -326,6 +382,19 @@ def logits(
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
+
+
+def wgmma_descriptor(cache: torch.Tensor, fmt: str | RecordFormat, page_size: int) -> Any:
+    """The wgmma path's TMA descriptor: each page's data rows, [pages, page_size, data_bytes], in
+    boxes of one 64-key tile, staged with the 64-byte swizzle its kernel reads them by."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+    f = get_format(fmt)
+    pb = cache.shape[1]
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=WGMMA_SWIZZLE, element_bitwidth=8, rank=3)
+    return GluonDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
+                           [1, WGMMA_BLOCK_N, f.data_bytes], layout)
 
 
 def chunked(f: RecordFormat, dot: str) -> bool:
@@ -535,7 +604,31 @@ def logits_bytes(key: ProblemKey, bucket: Bucket) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+def _wgmma_xcompile_case(cfg: Config, detail: str) -> XCompileCase:
+    """The wgmma path (mxfp4_68, fp8 query) at the seed shape."""
+    return XCompileCase(
+        variant="wgmma",
+        rendered=render_variant("mxfp4_68", "wgmma"),
+        kernel_name="logits_wgmma_kernel",
+        signature={
+            "q_ptr": "*fp8e4nv", "w_ptr": "*fp32", "cache_ptr": "*u8", "k_desc": WGMMA_DESC_TYPE,
+            "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
+            "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
+            "HI": "constexpr", "PAGE": "constexpr", "BLOCK_N": "constexpr", "TILES": "constexpr", "NBUF": "constexpr",
+            "num_warps": "constexpr",
+        },
+        constexprs={"HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": WGMMA_BLOCK_N, "TILES": cfg["TILES"],
+                    "NBUF": cfg["num_stages"], "num_warps": 4},
+        num_warps=4,
+        num_stages=cfg["num_stages"],
+        detail=detail,
+        aligned_ints=("page_bytes", "max_len", "max_pages", "n_tokens"),
+    )
+
+
 def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, detail: str) -> XCompileCase:
+    if dot == "wgmma":
+        return _wgmma_xcompile_case(cfg, detail)
     desc = cfg.get("LOADS", "gather") == "descriptor"
     return XCompileCase(
         variant=variant_name(dot, backend),
@@ -595,7 +688,9 @@ class _LogitsFamily:
                 if (backend != "soft" or dot in E2M1_ONLY_DOTS) and get_format(fmt).elem != "e2m1":
                     continue
                 qdt = "bf16" if dot in DECODING_DOTS else "fp8"
-                cfg = default_config(fmt, qdt).replace(dot=dot, backend=backend)
+                cfg = dot_config(default_config(fmt, qdt), dot, backend)
+                if dot == "wgmma":
+                    cfg = cfg.replace(TILES=16)  # as benchmarked
                 cases.append(_xcompile_case(fmt, dot, backend, qdt, cfg, f"{fmt} q={qdt}"))
         prefill = default_config("mxfp4_68", "fp8").replace(QT=2, HEADS=32, BLOCK_N=128, PAGE_LOOKUP="key")
         cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", "fp8", prefill, "mxfp4_68 q=fp8 QT=2 HEADS=32"))
