@@ -72,7 +72,8 @@ for phase in "$@"; do
     echo "logits_breakdown rc=$?" >>"$OUT/logits_breakdown.log"
     ;;
   logits-tests)  # the logits tests on the GPU: every sm_90-legal variant against the reference
-    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_logits.py -k "matches_reference or key_scaled or over_2gib" -p no:cacheprovider \
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_logits.py tests/tuner/test_warmup.py \
+      -k "matches_reference or key_scaled or over_2gib or wgmma" -p no:cacheprovider \
       >"$OUT/results/pytest_logits_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_logits_gpu_h200.log"
     ;;
