@@ -285,11 +285,20 @@ def _amd_stats(amdgcn: str) -> dict[str, Any]:
     }
 
 
+def ast_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], attrs: dict) -> Any:
+    """What `triton.compile` takes for a kernel function: Triton's ASTSource, or Gluon's for a
+    Gluon kernel (it builds the module with its layouts already assigned)."""
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_cls
+    else:
+        from triton.compiler import ASTSource as source_cls
+    return source_cls(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+
+
 def compile_request(req: dict[str, Any]) -> Any:
     """Compile one request (`_request(case, target)`) in this process and return Triton's compiled
     kernel (its `asm` holds ptx/cubin or amdgcn). The process must not be under TRITON_INTERPRET."""
     import triton
-    from triton.compiler import ASTSource
 
     from tuner import render as R
     from tuner.targets import get_target
@@ -304,9 +313,7 @@ def compile_request(req: dict[str, Any]) -> Any:
     aligned = set(req.get("aligned_ints", ()))
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items()
              if ty.startswith("*") or a in aligned}
-    if getattr(fn, "is_gluon", lambda: False)():
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
-    src = ASTSource(fn=fn, signature=req["signature"], constexprs=req["constexprs"], attrs=attrs)
+    src = ast_source(fn, req["signature"], req["constexprs"], attrs)
     return triton.compile(src, target=target.gpu_target(),
                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
 

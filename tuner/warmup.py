@@ -441,8 +441,7 @@ def no_compiles() -> Iterator[list[str]]:
 def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
     """Cross-compile one key for `target` (default: the key's) with exactly its specialisation --
     no device needed. Must run without TRITON_INTERPRET (the module's kernels must be JITFunctions)."""
-    from triton.compiler import ASTSource
-
+    from tuner.compile import ast_source
     from tuner.targets import get_target
 
     tname = target or key.target
@@ -454,8 +453,6 @@ def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
     constexprs = {a.name: a.spec for a in key.args if a.type == "constexpr"}
     attrs = {(names.index(a.name),): backend.parse_attr(a.spec) for a in key.args
              if a.type != "constexpr" and isinstance(a.spec, str) and a.spec}
-    if getattr(fn, "is_gluon", lambda: False)():
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    src = ast_source(fn, signature, constexprs, attrs)
     return triton.compile(src, target=get_target(tname).gpu_target(),
                           options={"num_warps": key.num_warps, "num_stages": key.num_stages})
