@@ -226,6 +226,30 @@ def _ptr(family: str) -> str:
     return "comp_ptr" if family == "decode" else "cache_ptr"
 
 
+def _warm_then_serve_without_compiles(key, cfg, device: str = "cpu") -> list:  # noqa: ANN001
+    """warm() the logits keys of `cfg` over B=1..3 x 200 (recorded on `device`), then launch every
+    size of the bucket for real, on a small pool and one over 2 GiB: nothing may compile."""
+    from tuner.kernels import get_family
+    from tuner.warmup import warm
+
+    fam = get_family("logits")
+    keys = keys_for("logits", key, cfg, Bucket("B", 1, 3, 200), "sm_90", device=device)
+    rendered = fam.render(key, cfg)
+    report = warm(keys, {rendered.source_hash: rendered.source})
+    assert report.compiled >= 1
+    for n in range(1, 4):
+        inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
+        pb = inp["cache"].shape[1]
+        big = torch.empty(2**31 // pb + 8, pb, dtype=torch.uint8, device="cuda")
+        big[: inp["cache"].shape[0]] = inp["cache"]
+        with no_compiles():
+            for cache in (inp["cache"], big):
+                fam.run(key, cfg, dict(inp, cache=cache))
+        torch.cuda.synchronize()
+        del big
+    return keys
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU to compile for and launch on")
 def test_gpu_descriptor_keys_warm_every_launch_over_2gib() -> None:
     # fp8_132 logits with descriptor loads: warm() compiles the keys (a stand-in descriptor over a
@@ -233,57 +257,24 @@ def test_gpu_descriptor_keys_warm_every_launch_over_2gib() -> None:
     # small one, compile nothing.
     from tuner.kernels import get_family
     from tuner.keys import make_key
-    from tuner.warmup import warm
 
-    fam = get_family("logits")
     key = make_key("logits", "sm_90", 64, 512, 0, ("fp8_132", "fp8"))
-    cfg = fam.default_config(key).replace(LOADS="descriptor", num_stages=3)
-    bucket = Bucket("B", 1, 3, 200)
-    keys = keys_for("logits", key, cfg, bucket, "sm_90")
-    rendered = fam.render(key, cfg)
-    report = warm(keys, {rendered.source_hash: rendered.source})
-    assert report.compiled >= 1
-    for n in range(1, 4):
-        inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
-        pb = inp["cache"].shape[1]
-        big = torch.empty(2**31 // pb + 8, pb, dtype=torch.uint8, device="cuda")
-        big[: inp["cache"].shape[0]] = inp["cache"]
-        with no_compiles():
-            for cache in (inp["cache"], big):
-                fam.run(key, cfg, dict(inp, cache=cache))
-        torch.cuda.synchronize()
-        del big
+    cfg = get_family("logits").default_config(key).replace(LOADS="descriptor", num_stages=3)
+    _warm_then_serve_without_compiles(key, cfg)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an sm_90 GPU to record, compile for and launch on")
 def test_gpu_wgmma_keys_warm_every_launch_over_2gib() -> None:
     # The Gluon wgmma path (its descriptor carries a shared-memory layout): keys recorded on the
-    # GPU, warm() compiles them from stand-ins, and real launches at every size of the bucket, on
-    # a small pool and one over 2 GiB, compile nothing.
+    # GPU (the interpreter does not run Gluon), warmed from stand-ins, then served as above.
     from tuner.kernels import get_family
     from tuner.kernels.logits import WGMMA_DESC_TYPE, dot_config
     from tuner.keys import make_key
     from tuner.targets import detect
-    from tuner.warmup import warm
 
     if detect().name != "sm_90":
         pytest.skip("the wgmma path is sm_90's")
-    fam = get_family("logits")
     key = make_key("logits", "sm_90", 64, 512, 0, ("mxfp4_68", "fp8"))
-    cfg = dot_config(fam.default_config(key), "wgmma").replace(TILES=4)
-    bucket = Bucket("B", 1, 3, 200)
-    keys = keys_for("logits", key, cfg, bucket, "sm_90", device="cuda")
+    cfg = dot_config(get_family("logits").default_config(key), "wgmma").replace(TILES=4)
+    keys = _warm_then_serve_without_compiles(key, cfg, device="cuda")
     assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {WGMMA_DESC_TYPE}
-    rendered = fam.render(key, cfg)
-    report = warm(keys, {rendered.source_hash: rendered.source})
-    assert report.compiled >= 1
-    for n in range(1, 4):
-        inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
-        pb = inp["cache"].shape[1]
-        big = torch.empty(2**31 // pb + 8, pb, dtype=torch.uint8, device="cuda")
-        big[: inp["cache"].shape[0]] = inp["cache"]
-        with no_compiles():
-            for cache in (inp["cache"], big):
-                fam.run(key, cfg, dict(inp, cache=cache))
-        torch.cuda.synchronize()
-        del big
