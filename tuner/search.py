@@ -10,6 +10,8 @@ through a runner (`tuner.bench.BenchRunner` on a device, `SimulatedRunner` on a 
   (wrong result, compile error, crash, timeout...) are PRUNED too, which TPE ranks below every
   completed trial, so it learns to avoid them, and they can never be a study's best.
 - A config already measured in the study is not measured again: Optuna is told the recorded result.
+  A sample is first mapped to the config it runs as (`canonical_config`: a variant may fix some
+  parameters), so that samples differing only in what a variant ignores are one config.
 - Budgets: `trials` measured candidates per bucket, and an optional wall-time budget for the whole
   call, shared out over the buckets still to do. The default config always runs.
 """
@@ -26,7 +28,7 @@ from optuna.trial import TrialState
 
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.base import KernelFamily, Space, config_legality
+from tuner.kernels.base import KernelFamily, Space, canonical_config, config_legality
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
 if TYPE_CHECKING:
@@ -176,6 +178,7 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
         samples += 1
         config = Config.from_dict({p.name: trial.suggest_categorical(p.name, list(p.choices)) for p in space.params})
         assert set(config.as_dict()) == set(names)
+        config = canonical_config(fam, key, config)  # Optuna keeps the sample; the config is what runs
         is_default = config == default
         why = None if is_default else _why_pruned(space, fam, target, config)  # the default always runs
         if why:

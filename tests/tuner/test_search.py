@@ -293,3 +293,34 @@ def test_recorded_h200_tables_replay_on_the_cpu(kernel: str) -> None:
                    family=kernel)
         won = res.buckets[0].best
         assert won.ok and table["buckets"][name]["entries"][won.config.to_json()]["time_us"] == won.time_us
+
+
+def test_a_variant_that_fixes_parameters_is_reached_and_measured_once() -> None:
+    # logits' wgmma path fixes all but TILES and num_stages: a sample of it runs as its canonical
+    # config, so a random search still reaches it where it is one feasible combination among the
+    # 256 raw wgmma samples of the space, and measures it once. SYNTHETIC times: wgmma 1 us,
+    # every other config 5 us or more.
+    from tuner.bench import new_table, table_put
+    from tuner.kernels.base import config_legality
+    from tuner.kernels.logits import dot_config, logits_key
+    from tuner.kernels.logits import space as logits_space
+
+    key = logits_key("mxfp4_68", "fp8", "sm_90")
+    fam = get_family("logits")
+    sub = logits_space("mxfp4_68", "fp8").restrict({
+        "dot": ("fp8", "wgmma"), "backend": ("soft",), "BLOCK_N": (32, 64), "TILES": (4,), "QT": (1, 2),
+        "HEADS": (32, 64), "PAGE_LOOKUP": ("tile", "key"), "MMA": ("heads_m", "keys_m"), "PREFETCH": (0, 1),
+        "LOADS": ("gather", "descriptor"), "num_warps": (4, 8), "num_stages": (2,)})
+    b = Bucket("B", 33, 64, 65536)
+    table = new_table(key, "logits", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())
+    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and config_legality(fam, c, "sm_90") is None]
+    wgmma = dot_config(sub.default(), "wgmma")
+    assert [c for c in feasible if c["dot"] == "wgmma"] == [wgmma]
+    for i, c in enumerate(feasible):
+        table_put(table, b, c, Measurement(TrialStatus.OK, time_us=1.0 if c == wgmma else 5.0 + i / 1000))
+    res = tune(key, buckets=[b], trials=8, search="random", seed=0, runner=SimulatedRunner(table), space=sub)
+    trials = res.buckets[0].trials
+    assert res.buckets[0].best.config == wgmma
+    assert sum(t.config == wgmma for t in trials) == 1
+    assert fam.canonical_config(key, wgmma.replace(BLOCK_N=32, QT=2, num_warps=8)) == wgmma
+    assert fam.canonical_config(key, sub.default()) == sub.default()

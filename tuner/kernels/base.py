@@ -130,7 +130,9 @@ class KernelFamily(Protocol):
         ...
 
     # A family may also define `config_legality(config, target) -> str | None` for parameters
-    # outside the variant that a target cannot run (see `config_legality` below).
+    # outside the variant that a target cannot run (see `config_legality` below), and
+    # `canonical_config(key, config) -> Config`: the config a sample runs as, where a variant
+    # fixes some parameters (see `canonical_config` below).
 
     def xcompile_cases(self) -> Sequence[XCompileCase]: ...
 
@@ -228,3 +230,11 @@ def config_legality(fam: Any, config: Config, target: str) -> str | None:
     family's own `config_legality` where it has one (logits: LOADS=descriptor is NVIDIA's)."""
     own = getattr(fam, "config_legality", None)
     return own(config, target) if own is not None else fam.legality(fam.variant_of(config), target)
+
+
+def canonical_config(family: Any, key: ProblemKey, config: Config) -> Config:
+    """The config `config` runs as: the family's `canonical_config(key, config)` where it has one.
+    A variant that fixes parameters (logits' `wgmma`) makes every sample of it that differs only
+    in those one config, so that a search reaches it at all and never measures it twice."""
+    canon = getattr(family, "canonical_config", None)
+    return canon(key, config) if canon is not None else config

@@ -714,6 +714,11 @@ class _LogitsFamily:
         f, qdt = _key_parts(key)
         return space(f, qdt, key.heads)
 
+    def canonical_config(self, key: ProblemKey, config: Config) -> Config:
+        """A wgmma sample runs with the parameters the path fixes (`wgmma_fixed`), whatever it
+        drew for them: otherwise a search would almost never draw the one feasible combination."""
+        return dot_config(config, "wgmma", heads=key.heads) if config.get("dot") == "wgmma" else config
+
     def default_config(self, key: ProblemKey) -> Config:
         f, qdt = _key_parts(key)
         return default_config(f, qdt, key.heads)
