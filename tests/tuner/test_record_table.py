@@ -56,12 +56,15 @@ def test_logits_breakdown_variants_leave_out_exactly_their_stage() -> None:
     # loop's calls must fail here, not produce a silently wrong measurement on the device.
     import ast
 
-    from benchmarks.logits_breakdown import DECODE_CALL, HEADS_CALL, variant
-    from tuner.kernels.logits import LOGITS_FORMATS, render_variant, space
+    from benchmarks.logits_breakdown import DECODE_CALL, HEADS_CALL, breakdown_source, variant
+    from tuner.kernels.logits import LOGITS_FORMATS, TEMPLATE, default_config, render_variant, space
 
     for fmt in LOGITS_FORMATS:
         for dot in next(p.choices for p in space(fmt, "fp8").params if p.name == "dot"):
-            src = render_variant(fmt, dot, "soft").source
+            rendered = render_variant(fmt, dot, "soft")
+            if rendered.template != TEMPLATE:
+                continue  # the wgmma path's Gluon kernel: the breakdown refuses it (below)
+            src = rendered.source
             assert variant(src, "full") == src
             no_dot, loads = variant(src, "no_dot"), variant(src, "loads_only")
             for s in (no_dot, loads):
@@ -82,6 +85,8 @@ def test_logits_breakdown_variants_leave_out_exactly_their_stage() -> None:
                 assert no_dec.count("k0 = tl.reshape(tl.join(kb, kb), [BLOCK_N, DIMS])") == 2
             else:
                 assert no_dec is None
+    with pytest.raises(ValueError, match="Triton template"):
+        breakdown_source("mxfp4_68", default_config("mxfp4_68", "fp8").replace(dot="wgmma"), "no_dot")
 
 
 def _summed(src: str) -> str:
