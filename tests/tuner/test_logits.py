@@ -14,6 +14,7 @@ import torch
 from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
 from tuner.core import Config
+from tuner.formats import get_format
 from tuner.kernels.logits import (
     E2M1_ONLY_DOTS, FAMILY, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, WGMMA_DESC_TYPE, default_config,
     dot_config, legality, logits, logits_key, make_query, paged_sequences, parse_variant, random_cache, render_variant,
@@ -512,25 +513,29 @@ def test_descriptor_loads_are_nvidia_only() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with room for a > 2 GiB KV pool")
-def test_pool_over_2gib_gathered_and_by_descriptor(device: str) -> None:
-    # fp8_132 pages past 2 GiB into the pool (64-bit offsets; the descriptor's page coordinate),
-    # read by both LOADS paths, against the reference on a small copy of the same pages.
-    fmt, page, g = "fp8_132", 64, torch.Generator().manual_seed(7)
-    pb = page * 132
-    pages = (2**31 + 2**25) // pb + 8
-    big = torch.zeros(pages, pb, dtype=torch.uint8, device=device)
-    small = random_cache(fmt, 8, page, device, g)
-    where = torch.arange(pages - 8, pages, device=device)  # the last 8 pages, all past 2 GiB
-    big[where] = small
-    q, w = make_query(2, 64, "fp8", g)
-    q, w = q.to(device), w.to(device)
-    bt_small = torch.tensor([[3, 0, 5, 7], [1, 6, 2, 4]], dtype=torch.int32, device=device)
-    bt_big = (where[bt_small.long()]).to(torch.int32)
-    seq_of = torch.tensor([0, 1], dtype=torch.int32, device=device)
-    ks = torch.tensor([0, 9], dtype=torch.int32, device=device)
-    ke = torch.tensor([250, 256], dtype=torch.int32, device=device)
-    ref = logits_reference(q.cpu(), w.cpu(), small.cpu(), fmt, page, bt_small.cpu(), seq_of.cpu(), ks.cpu(), ke.cpu(), 256)
-    for loads in ("gather", "descriptor"):
-        cfg = default_config(fmt, "fp8").replace(LOADS=loads, num_stages=3)
+def test_pool_over_2gib_gathered_and_by_descriptor(target_name: str, device: str) -> None:
+    # Pages past 2 GiB into the pool (64-bit offsets; the descriptor's page coordinate), read by
+    # both LOADS paths (fp8_132), and by the wgmma path where it runs (mxfp4_68: TMA rows, scale
+    # words by 64-bit addresses), against the reference on a small copy of the same pages.
+    runs = [("fp8_132", default_config("fp8_132", "fp8").replace(LOADS=loads, num_stages=3)) for loads in ("gather", "descriptor")]
+    if legality("wgmma", target_name) is None:
+        runs.append(("mxfp4_68", dot_config(default_config("mxfp4_68", "fp8"), "wgmma")))
+    for fmt, cfg in runs:
+        page, g = 64, torch.Generator().manual_seed(7)
+        pb = page * get_format(fmt).bytes_per_token
+        pages = (2**31 + 2**25) // pb + 8
+        big = torch.zeros(pages, pb, dtype=torch.uint8, device=device)
+        small = random_cache(fmt, 8, page, device, g)
+        where = torch.arange(pages - 8, pages, device=device)  # the last 8 pages, all past 2 GiB
+        big[where] = small
+        q, w = make_query(2, 64, "fp8", g)
+        q, w = q.to(device), w.to(device)
+        bt_small = torch.tensor([[3, 0, 5, 7], [1, 6, 2, 4]], dtype=torch.int32, device=device)
+        bt_big = (where[bt_small.long()]).to(torch.int32)
+        seq_of = torch.tensor([0, 1], dtype=torch.int32, device=device)
+        ks = torch.tensor([0, 9], dtype=torch.int32, device=device)
+        ke = torch.tensor([250, 256], dtype=torch.int32, device=device)
+        ref = logits_reference(q.cpu(), w.cpu(), small.cpu(), fmt, page, bt_small.cpu(), seq_of.cpu(), ks.cpu(), ke.cpu(), 256)
         out = logits(q, w, big, fmt, page, bt_big, seq_of, ks, ke, 256, cfg)
-        assert compare(out.cpu(), ref, TOL) is None, (loads, compare(out.cpu(), ref, TOL))
+        assert compare(out.cpu(), ref, TOL) is None, (fmt, cfg["dot"], cfg["LOADS"], compare(out.cpu(), ref, TOL))
+        del big
