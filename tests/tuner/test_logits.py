@@ -539,3 +539,14 @@ def test_pool_over_2gib_gathered_and_by_descriptor(target_name: str, device: str
         out = logits(q, w, big, fmt, page, bt_big, seq_of, ks, ke, 256, cfg)
         assert compare(out.cpu(), ref, TOL) is None, (fmt, cfg["dot"], cfg["LOADS"], compare(out.cpu(), ref, TOL))
         del big
+
+
+def test_wgmma_stays_in_flight_across_the_back_edge_only_with_its_accumulator_chained() -> None:
+    # What the wgmma template's loop and benchmarks/README.md rest on (ptxas of Triton 3.6, sm_90,
+    # compiled on the CPU): a tile's MMA left in flight into the next iteration serialises every
+    # wgmma of the loop when each tile gets a fresh accumulator, and does not when the one
+    # loop-carried accumulator is passed back in (use_acc=False), a second MMA between or not.
+    from benchmarks.wgmma_pipelining_probe import mma_sequence, serialised
+
+    assert serialised(mma_sequence("alternating"))
+    assert not serialised(mma_sequence("chained")) and not serialised(mma_sequence("chained_mma2"))

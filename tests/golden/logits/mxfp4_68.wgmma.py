@@ -215,10 +215,12 @@ def logits_wgmma_kernel(
     sw_n = _scale_words(cache_ptr, pg_n, base, page_bytes, keys, PAGE)
     pg_f = _page(bt_row, base + NBUF * BLOCK_N, max_pages, PAGE)
     for i in range(TILES):
-        # One tile an iteration, its MMAs waited for inside it: a wgmma still in flight across the
-        # loop's back edge makes ptxas serialize every wgmma of the loop. The overlap comes from
-        # the other programs on the SM (~72 registers a thread: 7 a SM). Block-table entries and
-        # scale words are loaded an iteration before their use.
+        # One tile an iteration, its MMAs waited for inside it: the overlap comes from the other
+        # programs on the SM (~72 registers a thread: 7 a SM). (A tile's MMA left in flight into
+        # the next iteration with a fresh accumulator each tile makes ptxas serialise every wgmma
+        # of the loop; one accumulator chained in place does not: benchmarks/
+        # wgmma_pipelining_probe.py.) Block-table entries and scale words are loaded an iteration
+        # before their use.
         slot = i % NBUF
         pg = pg_n
         sw = sw_n
