@@ -41,10 +41,10 @@ def _per_key_sum(names: list[str], is_2d) -> str:  # noqa: ANN001
     return " + ".join(f"tl.sum({n}.to(tl.float32), axis=1)" if is_2d(n) else f"{n}.to(tl.float32)" for n in names)
 
 
-def breakdown_source(fmt: str, cfg, name: str) -> str | None:  # noqa: ANN001
-    """The module of `cfg` with stage `name` left out (see `variant`). The breakdown edits the
-    Triton template's module; the wgmma path is a Gluon kernel of its own template."""
-    rendered = L.render_variant(fmt, cfg["dot"], cfg["backend"])
+def breakdown_source(fmt: str, cfg, name: str, render=L.render_variant) -> str | None:  # noqa: ANN001
+    """The module of `cfg` (rendered by `render`) with stage `name` left out (see `variant`). The
+    breakdown edits the Triton template's module; the wgmma path is a Gluon kernel of its own."""
+    rendered = render(fmt, cfg["dot"], cfg["backend"])
     if rendered.template != L.TEMPLATE:
         raise ValueError(f"the breakdown edits the Triton template's module (templates/{L.TEMPLATE}); "
                          f"dot={cfg['dot']} renders {rendered.template}")
@@ -98,7 +98,7 @@ def main() -> int:
         for text in args.cfg or [""]:
             cfg = parse_cfg(text, L.default_config(fmt, "fp8"))
             for name in VARIANTS:
-                src = breakdown_source(fmt, cfg, name)  # (render_variant is the real one here)
+                src = breakdown_source(fmt, cfg, name, real_render)
                 if src is None:
                     continue
                 L.render_variant = lambda *a, _s=src: R.Rendered("logits.py.j2", _s)  # the launcher's module
