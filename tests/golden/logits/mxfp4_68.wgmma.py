@@ -114,18 +114,21 @@ def _head_sum(acc, w_smem, p_l: gl.constexpr, o_l: gl.constexpr, BLOCK_N: gl.con
 
 
 @gluon.jit
-def _epilogue(o, scale, pg, out_ptr, tok, max_len, j0, ks, ke, BLOCK_N: gl.constexpr):
+def _epilogue(o, scale, pg, out_row, max_len, j0, ks, n_live, BLOCK_N: gl.constexpr):
     # Each lane's column pair (w_hi, w_lo) holds the whole head sum of its keys, so the four lanes
     # of a key store the same value: no shuffles.
     v = gl.sum(gl.reshape(o, [BLOCK_N, 4, 2]), axis=2)
     v_l: gl.constexpr = v.type.layout
     r_l: gl.constexpr = gl.SliceLayout(1, v_l)
     scale = gl.convert_layout(scale, r_l)
-    j = j0 + gl.arange(0, BLOCK_N, layout=r_l)
-    live = (j >= ks) & (j < ke) & (pg >= 0)
+    r = gl.arange(0, BLOCK_N, layout=r_l)
+    # k_start <= j < k_end as one unsigned compare of j - k_start against the window's length
+    # (n_live, clamped at 0): two 64-bit compares each otherwise, once LLVM widens the loop's
+    # 32-bit key index for the store's address.
+    live = ((j0 - ks + r).to(gl.uint32, bitcast=True) < n_live) & (pg >= 0)
     v = gl.where(live[:, None], v * scale[:, None], float("-inf"))
-    ptr = out_ptr + tok.to(gl.int64) * max_len + j[:, None] + gl.zeros([BLOCK_N, 4], gl.int32, v_l)
-    gl.store(ptr, v, mask=(j < max_len)[:, None])
+    ptr = out_row + j0 + r[:, None] + gl.zeros([BLOCK_N, 4], gl.int32, v_l)
+    gl.store(ptr, v, mask=(r < max_len - j0)[:, None])
 
 
 @gluon.jit
@@ -179,6 +182,8 @@ def logits_wgmma_kernel(
     seq = gl.load(seq_ptr + tok)
     ks = gl.load(ks_ptr + tok)
     ke = gl.minimum(gl.load(ke_ptr + tok), max_len)
+    n_live = gl.maximum(ke - ks, 0).to(gl.uint32, bitcast=True)
+    out_row = out_ptr + tok.to(gl.int64) * max_len
     bt_row = bt_ptr + seq.to(gl.int64) * max_pages
 
     k_smem = gl.allocate_shared_memory(gl.uint8, [NBUF, 1, BLOCK_N, DATA_BYTES], k_desc.layout)
@@ -240,6 +245,6 @@ def logits_wgmma_kernel(
             _issue(k_desc, k_smem, bars, slot, pg_fill, base + (i + NBUF) * BLOCK_N, PAGE, BLOCK_N)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         o = warpgroup_mma_wait(0, deps=(_head_sum(acc, w_smem, p_l, o_l, BLOCK_N),))
-        _epilogue(o, sc, pg, out_ptr, tok, max_len, base + i * BLOCK_N, ks, ke, BLOCK_N)
+        _epilogue(o, sc, pg, out_row, max_len, base + i * BLOCK_N, ks, n_live, BLOCK_N)
     for s in gl.static_range(NBUF):
         mbarrier.invalidate(bars.index(s))
