@@ -13,7 +13,9 @@ a chain): compiled on the CPU for sm_90 and read from the SASS. No GPU.
                 issued before the next MMA 1 and waited for with wait_group(1): not serialised.
 
 The logits `wgmma` kernel (templates/logits_wgmma.py.j2) waits for each tile's MMAs inside its
-iteration; the `chained` shapes are how a next version can overlap MMA 1 with the lookups.
+iteration. The `chained_mma2` shape built into it (the lookups of tile i+1 under MMA 1 of tile i)
+compiled unserialised but measured 7% slower on the H200, its 90 registers leaving 5 programs an
+SM instead of 7 (results/logits_wgmma_variants.md).
 
     python benchmarks/wgmma_pipelining_probe.py    # a markdown table
 """
