@@ -48,8 +48,7 @@ Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_
 # ms); fp8key 535 us.
 # wgmma (e2m1 caches, sm_90): fp8keylut's codes and one scale per key, as a Gluon kernel: TMA ring,
 # async wgmma, the head sum by a second (bf16) MMA on the relu'd scores. H200 (2026-11-30),
-# mxfp4_68 B=64 x 64K: 139.7 against fp8keylut's 226.0 us in one run (results/logits.md); 137.0 with
-# the one-compare epilogue (results/logits_wgmma_variants.md).
+# mxfp4_68 B=64 x 64K: 135.7 against fp8keylut's 225.9 us in one run (results/logits.md).
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma", "f16", "bf16", "scaled")
 # The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
 E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut", "wgmma")
