@@ -221,9 +221,9 @@ def logits_wgmma_kernel(
     pg_f = _page(bt_row, base + NBUF * BLOCK_N, max_pages, PAGE)
     for i in range(TILES):
         # One tile an iteration, its MMAs waited for inside it: the overlap comes from the other
-        # programs on the SM (68 registers a thread: 7 a SM). Keeping MMA 1 in flight under the
+        # programs on the SM (68 registers a thread: 7 an SM). Keeping MMA 1 in flight under the
         # next tile's lookups (one accumulator chained in place, benchmarks/
-        # wgmma_pipelining_probe.py) measured 7% slower: its 90 registers leave 5 programs a SM
+        # wgmma_pipelining_probe.py) measured 7% slower: its 90 registers leave 5 programs an SM
         # (benchmarks/results/logits_wgmma_variants.md). Block-table entries and scale words are
         # loaded an iteration before their use.
         slot = i % NBUF
