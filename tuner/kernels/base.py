@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from tuner.core import Bucket, Config, ProblemKey
 from tuner.render import Rendered
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,8 @@ def device_generator(g: torch.Generator, device: str | torch.device) -> torch.Ge
     seeds there keep their values), else one on the device seeded from `g`. The bench child
     draws hundreds of input sets per bucket; drawn on the host they took seconds each (1M x 512
     normal samples: 12 s on a 2-core CPU) and timed candidates out."""
+    import torch
+
     dev = torch.device(device)
     if dev.type == "cpu":
         return g
@@ -216,6 +219,8 @@ INTERP_SMS = 4  # the SM count launchers assume off a GPU, so that small tests t
 
 @lru_cache(maxsize=8)
 def _sm_count(device_index: int) -> int:
+    import torch
+
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
