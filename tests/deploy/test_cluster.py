@@ -160,13 +160,17 @@ def test_readme_cluster_section_runs_a_distributed_job_on_two_workers(pg_url: st
                 job = json.loads(c.run(line))
                 assert job["status"] == "queued" and job["distributed"] is True and job["id"] == 1
             elif re.search(r"/v1/jobs/\d+$", line):
-                end = time.monotonic() + 150
+                # A bound on liveness, not a speed check: the job takes ~75 s here, but its two
+                # participants run interpreter trials beside the rest of the suite on a 2-core CI
+                # machine, and one share once ran past 150 s.
+                end = time.monotonic() + 360
                 while True:
                     j = json.loads(c.run(line))
                     if j["status"] in ("succeeded", "failed", "cancelled") or time.monotonic() > end:
                         break
                     time.sleep(0.5)
-                assert j["status"] == "succeeded", (j, c.log_text())
+                if j["status"] != "succeeded":  # with every process's log tail (an assert's repr cuts it)
+                    pytest.fail(f"job {j['id']} is {j['status']}, not succeeded\n{c.log_text()}")
                 job = j
             elif "/v1/configs" in line:
                 bundle = json.loads(c.run(line))
