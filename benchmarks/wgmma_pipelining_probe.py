@@ -85,14 +85,14 @@ def mma_sequence(shape: str) -> list[str]:
     """The kernel's wgmma-related SASS, in order (QGMMA/HGMMA, WARPGROUP.ARRIVE/DEPBAR)."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
 
     from benchmarks.common import sass_ops
+    from tuner.compile import ast_source
 
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {SHAPES}")
-    src = GluonASTSource(_probe, {"x_ptr": "*fp8e4nv", "out_ptr": "*fp32", "T": "i32", "SHAPE": "constexpr"},
-                         {"SHAPE": shape}, {})
+    src = ast_source(_probe, {"x_ptr": "*fp8e4nv", "out_ptr": "*fp32", "T": "i32", "SHAPE": "constexpr"},
+                     {"SHAPE": shape}, {})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     return [o.mnemonic for o in sass_ops(k.asm["cubin"]) if "GMMA" in o.mnemonic or "WARPGROUP" in o.mnemonic]
 
