@@ -31,8 +31,8 @@ from tuner.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
 from tuner.kernels.decode import (  # noqa: E402
-    ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
-    max_partials, verify_decode, workspace_numel,
+    ISSUE_PAIRS, MAX_SPLITS, WGMMA_FORMATS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
+    max_partials, verify_decode, wgmma_legality, workspace_numel,
 )
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -139,6 +139,8 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
     d = default_config(*pair)
     auto = resolve_splits(d, n_tok, shape.topk, device)
     out = [d]
+    # sm_90's Gluon kernel (MMA=wgmma), at each split count, where the target and the pair allow it.
+    out += _wgmma_configs(pair, (0, 1, 2, 4, 8, 16))
     for lists, comb, pre in (("both", "kernel", 1), ("separate", "kernel", 0), ("separate", "kernel", 1),
                              ("both", "fused", 0), ("both", "fused", 1), ("separate", "fused", 0),
                              ("separate", "fused", 1), ("apart", "kernel", 0), ("apart", "fused", 0)):
@@ -159,13 +161,24 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
     return list(dict.fromkeys(out))
 
 
+def _wgmma_configs(pair: tuple[str, str], splits: tuple[int, ...]) -> list[Config]:
+    if wgmma_legality(detect().name) or not set(pair) <= set(WGMMA_FORMATS):
+        return []
+    d = default_config(*pair).replace(MMA="wgmma", BLOCK_N=64, num_warps=4)
+    return [d.replace(NUM_SPLITS=s) for s in splits]
+
+
 def _backends(pair: tuple[str, str], target: str) -> list[str]:
-    return [b for b in cfg_backends(*pair) if not e2m1_backend_legality(b, target)]
+    """The e2m1 backends legal on `target`, and "wgmma" where its Gluon kernel reads the pair."""
+    wgmma = ["wgmma"] if not wgmma_legality(target) and set(pair) <= set(WGMMA_FORMATS) else []
+    return [b for b in cfg_backends(*pair) if not e2m1_backend_legality(b, target)] + wgmma
 
 
 def _check_configs(pair: tuple[str, str], backend: str) -> list[Config]:
     """The default and the variants that change the kernel's structure: forced split/unsplit,
-    keys on M, each LISTS layout and the fused combine."""
+    keys on M, each LISTS layout and the fused combine (for "wgmma": its split counts)."""
+    if backend == "wgmma":
+        return _wgmma_configs(pair, (0, 1, 2, 16))
     d = default_config(*pair).replace(backend=backend)
     return [d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m"),
             d.replace(LISTS="apart", COMBINE="fused"), d.replace(LISTS="apart", NUM_SPLITS=2),
@@ -194,6 +207,7 @@ def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], t
                 items += [(b, c) for c in _sweep_configs(pair, structs if pair == MAIN else base_structs, n_tok, shape, dev,
                                                          picks)]
         key = make_key("decode", target, shape.heads, shape.topk, shape.window, formats=pair)
+        items = [(b, c) for b, c in items if c["MMA"] != "wgmma"]  # Gluon: compiled at its first launch
         precompile("decode", key, list(dict.fromkeys(items)), jobs=max(2, (os.cpu_count() or 4) - 2))
 
 

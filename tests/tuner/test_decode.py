@@ -18,7 +18,8 @@ from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from tuner.kernels.base import e2m1_backend_legality
 from tuner.kernels.decode import (
     DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_key, default_config,
-    make_decode_inputs, max_partials, render_variant, run_decode, space, split_plan, verify_decode, workspace_numel,
+    WGMMA_FORMATS, make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
+    verify_decode, wgmma_plan, workspace_numel,
 )
 from tuner.reference import compare, decode_reference
 
@@ -179,7 +180,10 @@ def test_space_is_data() -> None:
     # The new axes default to today's kernel, and no constraint involves them.
     d = default_config("nvfp4_288", "fp8_528")
     assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
-    assert sum(1 for c in grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(grid)
+    triton_grid = [c for c in grid if c["MMA"] != "wgmma"]
+    assert sum(1 for c in triton_grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(triton_grid)
+    # The wgmma path: one config per split count (its other parameters are fixed).
+    assert sorted(c["NUM_SPLITS"] for c in grid if c["MMA"] == "wgmma") == [0, 1, 2, 4, 8, 16, 32]
     # No e2m1 side: no backend axis, and every backend renders the same module.
     assert cfg_backends("fp8_584", "fp8_584") == ("soft",)
     assert render_variant("fp8_584", "fp8_584", "ptx").source == render_variant("fp8_584", "fp8_584", "soft").source
@@ -188,7 +192,7 @@ def test_space_is_data() -> None:
 def test_family_protocol(device: str) -> None:
     key = decode_key("nvfp4_288", "fp8_528", "interp", heads=16, topk=24, window=8)
     fam = FAMILY
-    assert fam.name == "decode" and list(fam.variants()) == ["soft", "ptx", "gfx950", "lut"]
+    assert fam.name == "decode" and list(fam.variants()) == ["soft", "ptx", "gfx950", "lut", "wgmma"]
     buckets = fam.buckets(key)
     assert buckets == list(DECODE_BUCKETS) and buckets[0].lo == 1 and buckets[-1].hi == 64
     assert all(a.hi + 1 == b.lo for a, b in zip(buckets, buckets[1:]))  # 1..64 without gaps
@@ -211,7 +215,10 @@ def test_family_protocol(device: str) -> None:
 def test_legality_table() -> None:
     for variant in FAMILY.variants():
         for target in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
-            assert FAMILY.legality(variant, target) == e2m1_backend_legality(variant, target)
+            if variant == "wgmma":  # sm_90's Gluon kernel
+                assert (FAMILY.legality(variant, target) is None) == (target == "sm_90")
+            else:
+                assert FAMILY.legality(variant, target) == e2m1_backend_legality(variant, target)
     assert FAMILY.legality("soft", "sm_90") is None and FAMILY.legality("ptx", "sm_90")
     assert FAMILY.legality("lut", "sm_90") is None and FAMILY.legality("lut", "gfx950") and FAMILY.legality("lut", "interp")
 
@@ -221,17 +228,20 @@ def test_rendered_sources_match_golden(pair: tuple[str, str]) -> None:
     comp, win = pair
     for b in cfg_backends(comp, win):
         check_golden(f"decode/{comp}+{win}.{b}.py", render_variant(comp, win, b).source)
+    if comp in WGMMA_FORMATS and win in WGMMA_FORMATS:
+        check_golden(f"decode/{comp}+{win}.wgmma.py", render_wgmma(comp, win).source)
 
 
 def test_xcompile_table_matches_the_issue() -> None:
     """soft compiles on all four GPU targets; ptx (e2m1 decode via cvt.rn.f16x2.e2m1x2) only on
     sm_100; gfx950 (v_cvt_scalef32_pk_f32_fp4) only on gfx950; lut (prmt tables) on both NVIDIA
-    targets -- for the main kernel of every issue pair, its split build, and the combine kernel."""
+    targets; wgmma (Gluon, Hopper) only on sm_90 -- for the main kernel of every issue pair, its
+    split build, and the combine kernel."""
     out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "decode", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     expect = {"soft": {"sm_90", "sm_100", "gfx942", "gfx950"}, "ptx": {"sm_100"}, "gfx950": {"gfx950"},
-              "lut": {"sm_90", "sm_100"}}
+              "lut": {"sm_90", "sm_100"}, "wgmma": {"sm_90"}}
     seen: set[tuple[str, str, str]] = set()
     for r in rows:
         assert r["kernel"] == "decode"
@@ -251,6 +261,8 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate comp", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate win", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
+        for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "nvfp4_288+fp8_528 split"):  # no wgmma for fp8_584
+            assert ("wgmma", pair, t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert len(aborted) == 2 * len([p for p in ISSUE_PAIRS if "nvfp4_288" in p])  # 2 gfx targets per e2m1 pair
@@ -426,3 +438,70 @@ def test_lut_scaled_bf16_asm_gives_every_nibble_times_its_scale() -> None:
                 else:
                     assert bf16_value(got) == want and got == bf16_bits(want), (hex(x), j, nib, s, hex(got))
                     assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want)  # signed zeros too
+
+
+# ---------------------------------------------------------------------------------------------
+# The wgmma path (sm_90's Gluon kernel)
+# ---------------------------------------------------------------------------------------------
+
+
+def _wgmma(comp: str, win: str, splits: int = 0) -> Config:
+    return default_config(comp, win).replace(MMA="wgmma", BLOCK_N=64, num_warps=4, NUM_SPLITS=splits)
+
+
+def test_wgmma_space_fixes_its_parameters() -> None:
+    sp = space("nvfp4_288", "fp8_528")
+    assert sp.infeasible(_wgmma("nvfp4_288", "fp8_528")) is None
+    assert "num_warps=4" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_warps=8))
+    assert "backend=soft" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(backend="lut"))
+    # fp8_584's bf16 dims are not read by the wgmma path.
+    assert "records" in space("fp8_584", "fp8_584").infeasible(_wgmma("fp8_584", "fp8_584").replace())
+    assert FAMILY.variant_of(_wgmma("nvfp4_288", "fp8_528")) == "wgmma"
+    assert FAMILY.render(decode_key("nvfp4_288", "fp8_528", "sm_90"), _wgmma("nvfp4_288", "fp8_528")).template == "decode_wgmma.py.j2"
+
+
+def test_wgmma_plan_covers_every_tile_once() -> None:
+    dev = torch.device("cpu")
+    for splits, want in ((1, (1, 10)), (2, (2, 5)), (4, (4, 3)), (8, (5, 2)), (16, (10, 1)), (32, (10, 1))):
+        parts, per = wgmma_plan(_wgmma("nvfp4_288", "fp8_528", splits), 1, 512, 128, dev)
+        assert (parts, per) == want
+        assert (parts - 1) * per < 10 <= parts * per  # no empty program, no tile left out
+    assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 40, 20, dev) == (2, 1)  # AUTO, 4 "SMs": at most the tiles
+
+
+def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("runs here (see test_wgmma_matches_reference_on_sm90)")
+    inp = _inputs("nvfp4_288", "fp8_528", device, sink=True)
+    with pytest.raises(ValueError, match="wgmma"):
+        run_decode("nvfp4_288", "fp8_528", _wgmma("nvfp4_288", "fp8_528"), inp)
+
+
+_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528")],
+                         ids=lambda p: "+".join(p))
+def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
+    """The seed shape (16 heads, top-k 512, window 128, page 64) at T = 1..64, every split count,
+    with and without sink, ragged -1 slots and a token whose lists are all -1; then a small odd
+    shape (12 heads, lists of 40 and 20, pages of 16 and 8). Outputs poisoned before each run."""
+    comp, win = pair
+    for t in (1, 2, 4, 8, 16, 32, 64):
+        inp = make_decode_inputs(comp, win, t, 16, 512, 128, "cuda", seed=t)
+        inp["topk_idx"][t // 2] = -1
+        inp["window_idx"][t // 2] = -1
+        for splits in (0, 1, 2, 4, 8, 16):
+            for sink in (True, False):
+                i = inp if sink else {**inp, "attn_sink": None}
+                _poison(i)
+                out = run_decode(comp, win, _wgmma(comp, win, splits), i)
+                assert verify_decode(comp, win, i, out) is None, (t, splits, sink, verify_decode(comp, win, i, out))
+                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
+    inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=16, win_page_size=8)
+    inp["topk_idx"][1] = -1
+    inp["window_idx"][1] = -1
+    for splits in (0, 1, 2):
+        _poison(inp)
+        assert verify_decode(comp, win, inp, run_decode(comp, win, _wgmma(comp, win, splits), inp)) is None

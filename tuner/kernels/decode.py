@@ -27,6 +27,21 @@ from tuner.reference import compare, decode_reference
 from tuner.targets import detect, interpreting
 
 TEMPLATE = "decode_tile.py.j2"
+# The `wgmma` MMA path is a Gluon kernel of its own template (sm_90 only; see templates/decode_wgmma.py.j2).
+WGMMA_TEMPLATE = "decode_wgmma.py.j2"
+WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf16 dims
+WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
+WGMMA_HEADS = 16  # the MMAs' N: heads padded to 16
+# What the wgmma path fixes (one warpgroup, 64-key tiles, bf16 dots, its own e2m1 lookups and
+# split plan): every other value of these axes would be the same kernel under another name.
+WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
+                               "PREFETCH": 0, "num_warps": 4, "num_stages": 1}
+WGMMA_ILLEGAL: dict[str, str] = {
+    "interp": "a Gluon kernel: Triton's interpreter does not run Gluon",
+    "sm_100": "Hopper's warpgroup MMA (wgmma); sm_100 has tcgen05 in its place",
+    "gfx942": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
+    "gfx950": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
+}
 DECODE_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
 # The record pairs the issue names (compressed, window); the cross-compile table covers these.
 ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"))
@@ -59,6 +74,14 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
     backends = E2M1_READ_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
 
     def _fits(c: Config) -> str | None:
+        if c["MMA"] == "wgmma":
+            if get_format(comp_fmt).name not in WGMMA_FORMATS or get_format(win_fmt).name not in WGMMA_FORMATS:
+                return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
+            fixed = {**WGMMA_FIXED, "backend": "soft"}  # its e2m1 lookups are its own
+            off = [k for k, v in fixed.items() if c[k] != v]
+            if off:
+                return f"the wgmma path runs {', '.join(f'{k}={fixed[k]}' for k in off)}"
+            return None
         # fp32 K tiles double the shared memory and registers of the dot operands.
         if c["DOT"] == "fp32" and c["BLOCK_N"] > 32:
             return "fp32 dot operands with BLOCK_N > 32 exceed shared memory"
@@ -92,7 +115,9 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             # config valid at every T, which AUTO needs anyway (it resolves to one split at large T).
             Param("COMBINE", ("kernel", "fused"), "kernel"),
             Param("DOT", ("bf16", "fp32"), "bf16"),
-            Param("MMA", ("heads_m", "keys_m"), "heads_m"),
+            # keys_m puts the keys on tl.dot's M side; wgmma is the Gluon kernel of sm_90 (keys on
+            # M, query and P from shared memory, async warpgroup MMAs; WGMMA_FIXED).
+            Param("MMA", ("heads_m", "keys_m", "wgmma"), "heads_m"),
             # 1: each block's slots and records are loaded one block early, before the previous
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
             # does not pipeline loads whose addresses come from other loads).
@@ -126,6 +151,25 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 # ---------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------
+
+
+def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:
+    c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
+    if c.name not in WGMMA_FORMATS or w.name not in WGMMA_FORMATS:
+        raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
+    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w})
+
+
+def wgmma_legality(target: str) -> str | None:
+    """Why the wgmma path cannot run on `target` (None: it can)."""
+    if target == "sm_90":
+        return None
+    return WGMMA_ILLEGAL.get(target, "a Gluon kernel of Hopper operations: sm_90 only")
+
+
+@lru_cache(maxsize=16)
+def _wgmma_module(comp: str, win: str) -> Any:
+    return R.load(render_wgmma(comp, win))
 
 
 @lru_cache(maxsize=64)
@@ -294,6 +338,10 @@ def decode(
         return o, lse
 
     topk, window = topk_idx.shape[1], window_idx.shape[1]
+    if cfg["MMA"] == "wgmma":
+        _decode_wgmma(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink,
+                      cfg, o, lse, workspace)
+        return o, lse
     plan = split_plan(cfg, n_tok, topk, window, q.device)
     parts = plan.programs
     need = workspace_numel(n_tok, heads, parts) if plan.partial else 0
@@ -336,6 +384,55 @@ def decode(
     if plan.partial and not fused:
         launch_combine(mod, part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
     return o, lse
+
+
+def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> tuple[int, int]:
+    """(programs per token, key tiles per program) of the wgmma path: a token's 64-key tiles (the
+    compressed list's, then the window list's) in contiguous shares. NUM_SPLITS asks for that many
+    shares (fewer where shares would be empty); AUTO for about one program an SM: on the H200
+    (2026-11-30, benchmarks/results/decode_wgmma.md) two programs an SM ran each tile at half the
+    speed (T=64: 2 x 5 tiles 22.5 us, 4 x 3 tiles 24.2), and T=1 and 8 were fastest at one tile a
+    program (10 programs a token)."""
+    tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
+    s = int(cfg["NUM_SPLITS"])
+    if s == AUTO:
+        s = max(1, sm_count(device) // max(1, n_tokens))
+    per = triton.cdiv(tiles, max(1, min(s, tiles)))
+    return triton.cdiv(tiles, per), per
+
+
+def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
+                  win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
+                  sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
+                  workspace: torch.Tensor | None) -> None:
+    """`decode` on the wgmma path (arguments already checked there)."""
+    if q.device.type != "cuda" or interpreting():
+        raise ValueError(f"MMA=wgmma cannot run here: {WGMMA_ILLEGAL['interp']}")
+    illegal = wgmma_legality(detect().name)
+    if illegal:
+        raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
+    n_tok, heads = q.shape[0], q.shape[1]
+    if heads > WGMMA_HEADS:
+        raise ValueError(f"the wgmma path takes at most {WGMMA_HEADS} heads (the MMAs' N), got {heads}")
+    topk, window = topk_idx.shape[1], window_idx.shape[1]
+    parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device)
+    need = workspace_numel(n_tok, heads, parts) if parts > 1 else 0
+    if workspace is None:
+        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=q.device)
+    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
+    part_o = workspace[: n_tok * parts * heads * 512]
+    part_ml = workspace[n_tok * parts * heads * 512 :]
+    sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
+    _wgmma_module(cf.name, wf.name).decode_wgmma_kernel[(n_tok, parts)](
+        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+        heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+        q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
+        HB=WGMMA_HEADS, SPLIT=parts > 1, HAS_SINK=attn_sink is not None, num_warps=4,
+    )
+    if parts > 1:
+        # The Triton module's merge (any backend renders the same decode_combine).
+        launch_combine(_module(cf.name, wf.name, "soft"), part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
@@ -486,16 +583,28 @@ _COMBINE_SIGNATURE = {
 }
 
 
+_WGMMA_SIGNATURE = {
+    "q_ptr": "*bf16", "comp_ptr": "*u8", "topk_ptr": "*i32", "win_ptr": "*u8", "widx_ptr": "*i32",
+    "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
+    "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32", "comp_page_bytes": "i32",
+    "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_kt": "i32",
+    "stride_wt": "i32", "tiles_per_prog": "i32", "scale_log2": "fp32",
+    "HB": "constexpr", "SPLIT": "constexpr", "HAS_SINK": "constexpr", "num_warps": "constexpr",
+}
+
+
 class _DecodeFamily:
     name = "decode"
     template = TEMPLATE
 
     def variants(self) -> Sequence[str]:
-        return E2M1_READ_BACKENDS
+        return E2M1_READ_BACKENDS + ("wgmma",)
 
     def legality(self, variant: str, target: str) -> str | None:
         # The fp8 readers use Triton's fp8e4nv conversion, which every GPU target lowers; the only
-        # target-specific code is the e2m1 decode backend.
+        # target-specific code is the e2m1 decode backend, and the wgmma path (sm_90's Gluon kernel).
+        if variant == "wgmma":
+            return wgmma_legality(target)
         return e2m1_backend_legality(variant, target)
 
     def space(self, key: ProblemKey) -> Space:
@@ -505,12 +614,14 @@ class _DecodeFamily:
         return default_config(*key.formats)
 
     def variant_of(self, config: Config) -> str:
-        return str(config["backend"])
+        return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(DECODE_BUCKETS)
 
     def render(self, key: ProblemKey, config: Config) -> R.Rendered:
+        if config.get("MMA") == "wgmma":
+            return render_wgmma(key.formats[0], key.formats[1])
         return render_variant(key.formats[0], key.formats[1], config["backend"])
 
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
@@ -534,8 +645,9 @@ class _DecodeFamily:
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
         of the main kernel once, the two launches of LISTS=separate with COMBINE=fused (one list
-        each, the arrival atomic and the in-kernel merge), PREFETCH on every record reader, and the
-        combine kernel once."""
+        each, the arrival atomic and the in-kernel merge), PREFETCH on every record reader, the
+        wgmma path on every issue pair it reads (and its split build once), and the combine kernel
+        once."""
         cases: list[XCompileCase] = []
         for comp, win in ISSUE_PAIRS:
             cf, wf = get_format(comp), get_format(win)
@@ -551,6 +663,10 @@ class _DecodeFamily:
         cases.append(self._main_case(cf, wf, "soft", cfg.replace(PREFETCH=1), split=True))
         f584 = get_format("fp8_584")
         cases.append(self._main_case(f584, f584, "soft", default_config(f584, f584).replace(PREFETCH=1), split=False))
+        for comp, win in ISSUE_PAIRS:
+            if comp in WGMMA_FORMATS and win in WGMMA_FORMATS:
+                cases.append(self._wgmma_case(get_format(comp), get_format(win), split=False))
+        cases.append(self._wgmma_case(cf, wf, split=True))
         cases.append(XCompileCase(
             variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
             signature=dict(_COMBINE_SIGNATURE),
@@ -558,6 +674,21 @@ class _DecodeFamily:
             num_warps=combine_tile(MAX_SPLITS, 16)[1], num_stages=1, detail="combine",
         ))
         return cases
+
+    @staticmethod
+    def _wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool) -> XCompileCase:
+        return XCompileCase(
+            variant="wgmma",
+            rendered=render_wgmma(cf, wf),
+            kernel_name="decode_wgmma_kernel",
+            signature=_WGMMA_SIGNATURE,
+            constexprs={"HB": WGMMA_HEADS, "SPLIT": split, "HAS_SINK": True, "num_warps": 4},
+            num_warps=4,
+            num_stages=1,
+            detail=f"{cf.name}+{wf.name}" + (" split" if split else ""),
+            aligned_ints=("n_heads", "topk", "window", "comp_page_size", "comp_page_bytes", "win_page_size",
+                          "win_page_bytes", "stride_qt", "stride_qh", "stride_kt", "stride_wt"),
+        )
 
     @staticmethod
     def _main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool,
