@@ -486,7 +486,8 @@ _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 
 def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
     """The seed shape (16 heads, top-k 512, window 128, page 64) at T = 1..64, every split count,
     with and without sink, ragged -1 slots and a token whose lists are all -1; then a small odd
-    shape (12 heads, lists of 40 and 20, pages of 16 and 8). Outputs poisoned before each run."""
+    shape (12 heads, lists of 40 and 20) with pages of 16 and 8, then 48 and 24 records. Outputs
+    poisoned before each run."""
     comp, win = pair
     for t in (1, 2, 4, 8, 16, 32, 64):
         inp = make_decode_inputs(comp, win, t, 16, 512, 128, "cuda", seed=t)
@@ -499,9 +500,11 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
                 out = run_decode(comp, win, _wgmma(comp, win, splits), i)
                 assert verify_decode(comp, win, i, out) is None, (t, splits, sink, verify_decode(comp, win, i, out))
                 assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
-    inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=16, win_page_size=8)
-    inp["topk_idx"][1] = -1
-    inp["window_idx"][1] = -1
-    for splits in (0, 1, 2):
-        _poison(inp)
-        assert verify_decode(comp, win, inp, run_decode(comp, win, _wgmma(comp, win, splits), inp)) is None
+    # Pages of 16 and 8 records (shifts), then of 48 and 24 (divisions).
+    for page, win_page in ((16, 8), (48, 24)):
+        inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=page, win_page_size=win_page)
+        inp["topk_idx"][1] = -1
+        inp["window_idx"][1] = -1
+        for splits in (0, 1, 2):
+            _poison(inp)
+            assert verify_decode(comp, win, inp, run_decode(comp, win, _wgmma(comp, win, splits), inp)) is None, page

@@ -401,6 +401,11 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     return triton.cdiv(tiles, per), per
 
 
+def _pow2_shift(n: int) -> int:
+    """log2(n) for a power of two, else -1 (the wgmma kernel's page arithmetic by shifts)."""
+    return n.bit_length() - 1 if n & (n - 1) == 0 else -1
+
+
 def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
                   win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
                   sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
@@ -428,7 +433,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
-        HB=WGMMA_HEADS, SPLIT=parts > 1, HAS_SINK=attn_sink is not None, num_warps=4,
+        HB=WGMMA_HEADS, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
+        HAS_SINK=attn_sink is not None, num_warps=4,
     )
     if parts > 1:
         # The Triton module's merge (any backend renders the same decode_combine).
@@ -589,7 +595,8 @@ _WGMMA_SIGNATURE = {
     "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32", "comp_page_bytes": "i32",
     "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_kt": "i32",
     "stride_wt": "i32", "tiles_per_prog": "i32", "scale_log2": "fp32",
-    "HB": "constexpr", "SPLIT": "constexpr", "HAS_SINK": "constexpr", "num_warps": "constexpr",
+    "HB": "constexpr", "COMP_SHIFT": "constexpr", "WIN_SHIFT": "constexpr", "SPLIT": "constexpr",
+    "HAS_SINK": "constexpr", "num_warps": "constexpr",
 }
 
 
@@ -682,7 +689,7 @@ class _DecodeFamily:
             rendered=render_wgmma(cf, wf),
             kernel_name="decode_wgmma_kernel",
             signature=_WGMMA_SIGNATURE,
-            constexprs={"HB": WGMMA_HEADS, "SPLIT": split, "HAS_SINK": True, "num_warps": 4},
+            constexprs={"HB": WGMMA_HEADS, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": 4},
             num_warps=4,
             num_stages=1,
             detail=f"{cf.name}+{wf.name}" + (" split" if split else ""),

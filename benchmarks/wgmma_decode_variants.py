@@ -1,0 +1,126 @@
+"""Side-by-side timings of throwaway variants of the decode tile's wgmma kernel (H200): each
+variant is the rendered template with one source edit, checked against the reference, then timed
+(CUDA graph median, one input set) at a few (T, NUM_SPLITS). Nothing here is kept in the template
+unless it wins; the table goes to benchmarks/results/decode_wgmma_variants.md by hand."""
+from __future__ import annotations
+
+import re
+import sys
+
+import torch
+
+from benchmarks.common import provenance, time_us
+from tuner import render as R
+from tuner.kernels import decode as dec
+
+PAIR = ("nvfp4_288", "fp8_528")
+MMA1 = """    s = warpgroup_mma(kv_smem.index(z), q_smem.index(z).permute((1, 0)),
+                      gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
+    for c in gl.static_range(1, 4):
+        s = warpgroup_mma(kv_smem.index(z + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+"""
+SPLIT_ACC = """    zs = gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l)
+    a0 = warpgroup_mma(kv_smem.index(z), q_smem.index(z).permute((1, 0)), zs, use_acc=False, is_async=True)
+    a1 = warpgroup_mma(kv_smem.index(z + 1), q_smem.index(z + 1).permute((1, 0)), zs, use_acc=False, is_async=True)
+    a2 = warpgroup_mma(kv_smem.index(z + 2), q_smem.index(z + 2).permute((1, 0)), zs, use_acc=False, is_async=True)
+    a3 = warpgroup_mma(kv_smem.index(z + 3), q_smem.index(z + 3).permute((1, 0)), zs, use_acc=False, is_async=True)
+    a0, a1, a2, a3 = warpgroup_mma_wait(0, deps=(a0, a1, a2, a3))
+    s = (a0 + a1) + (a2 + a3)
+"""
+
+
+def variants(src: str) -> dict[str, str]:
+    out = {"base": src}
+    assert MMA1 in src
+    out["mma1_4acc"] = src.replace(MMA1, SPLIT_ACC)
+    # MMA 1 of chunk c issued as soon as chunk c is in shared memory (four barriers a tile), its
+    # accumulators waited for in _attend.
+    v = src.replace(MMA1, "    a0, a1, a2, a3 = warpgroup_mma_wait(0, deps=(a0, a1, a2, a3))\n    s = (a0 + a1) + (a2 + a3)\n")
+    v = v.replace("def _attend(kv_smem, q_smem, p_smem, z, valid,", "def _attend(kv_smem, q_smem, p_smem, z, a0, a1, a2, a3, valid,")
+    v = v.replace("    fence_async_shared()\n    gl.thread_barrier()\n    a0, a1", "    a0, a1", 1)
+    for name in ("_comp", "_win"):
+        for c in range(4):
+            old = f"        kv_smem.index(z + {c}).store({name}_chunk(b{c}, s{c}, L3))\n"
+            new = old + (f"        fence_async_shared()\n        gl.thread_barrier()\n"
+                         f"        a{c} = warpgroup_mma(kv_smem.index(z + {c}), q_smem.index(z + {c}).permute((1, 0)), "
+                         f"gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)\n")
+            v = v.replace(old, new)
+    v = v.replace("_attend(kv_smem, q_smem, p_smem, z, slot >= 0,", "_attend(kv_smem, q_smem, p_smem, z, a0, a1, a2, a3, slot >= 0,")
+    out["mma1_per_chunk"] = v
+    # Leave-one-stage-out (wrong results, timing only):
+    # no_loads: every record load predicated off at run time (issued, moves no bytes).
+    out["no_loads"] = src.replace("mask=v3, other=0)", "mask=v3 & (page_size < 0), other=0)").replace(
+        "mask=v2, other=0)", "mask=v2 & (page_size < 0), other=0)")
+    # no_dequant: the raw bytes widened to bf16 in place of the lookups and scaling.
+    nd = re.sub(r"(def _comp_chunk\(b, sb, L3: gl.constexpr\):\n)", r"\1    v = b.to(gl.bfloat16)\n    return gl.reshape(gl.join(v, v), [BLOCK_N, CHUNK])\n", src)
+    out["no_dequant"] = re.sub(r"(def _win_chunk\(b, sb, L3: gl.constexpr\):\n)", r"\1    return gl.reshape(b.to(gl.bfloat16), [BLOCK_N, CHUNK])\n", nd)
+    # no_mma2: MMA 2 left out (o only rescaled).
+    i = src.index("    o0 = warpgroup_mma(kv_smem.index(z).permute")
+    j = src.index("    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))\n")
+    j += len("    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))\n")
+    out["no_mma2"] = src[:i] + "    o0 = o0 * a_o\n    o1 = o1 * a_o\n    o2 = o2 * a_o\n    o3 = o3 * a_o\n" + src[j:]
+    # divide: page and offset by integer division even for a power-of-two page size.
+    assert "    if SHIFT >= 0:\n" in src
+    out["divide"] = src.replace("    if SHIFT >= 0:\n", "    if SHIFT >= 99:\n")
+    # no_reduce: the running max without its cross-warp reduction (the sums are per row already).
+    out["no_reduce"] = src.replace("m_new = gl.maximum(m_i, gl.max(s, axis=0))", "m_new = m_i + 0.0")
+    # prefetch_regs: the next tile's records loaded before this tile's MMAs (into registers).
+    out["prefetch_regs"] = _prefetch(src, ("_comp", "_win"))
+    # prefetch_comp: the same for the compressed list (nvfp4_288: 36 registers of raw bytes) only.
+    out["prefetch_comp"] = _prefetch(src, ("_comp",))
+    return out
+
+
+def _prefetch(src: str, names: tuple[str, ...]) -> str:
+    parts = []
+    rest = src
+    for name in names:
+        k = rest.index(f"def {name}_pass(")
+        end = rest.index("    return m_i, l_r, o0, o1, o2, o3\n", k)
+        head, body, rest = rest[:k], rest[k:end], rest[end:]
+        fetch = f"        b0, s0, b1, s1, b2, s2, b3, s3 = {name}_fetch(cache_ptr, slot, page_size, page_bytes, L3, SHIFT)\n"
+        nxt = "        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)\n"
+        first = "    slot_n = _slots(idx_row, lim, t0 * BLOCK_N, kl)\n"
+        store3 = f"        kv_smem.index(z + 3).store({name}_chunk(b3, s3, L3))\n"
+        assert fetch in body and nxt in body and first in body and store3 in body
+        body = body.replace(fetch + nxt, nxt)
+        body = body.replace(first, first + fetch[4:].replace("(cache_ptr, slot,", "(cache_ptr, slot_n,"))
+        body = body.replace(store3, store3 + fetch.replace("(cache_ptr, slot,", "(cache_ptr, slot_n,"))
+        parts += [head, body]
+    return "".join(parts) + rest
+
+
+def main() -> None:
+    print(provenance())
+    src = dec.render_wgmma(*PAIR).source
+    cases = [(1, 1), (1, 0), (8, 0), (64, 2), (64, 4)]
+    only = set(sys.argv[1].split(",")) if len(sys.argv) > 1 else None
+    # T=64: eight input sets (110 MB of records, over twice the L2) cycled in one timed call, so
+    # that the records come from DRAM as in serving; T <= 8: one set.
+    inputs = {t: [dec.make_decode_inputs(*PAIR, t, 16, 512, 128, "cuda", seed=t * 100 + k) for k in range(8 if t == 64 else 1)]
+              for t in {t for t, _ in cases}}
+    rows = {}
+    for name, v in variants(src).items():
+        if only and name not in only:
+            continue
+        mod = R.load(R.Rendered(dec.WGMMA_TEMPLATE, v))
+        dec._wgmma_module = lambda c, w, mod=mod: mod  # type: ignore[assignment]
+        res = []
+        for t, s in cases:
+            cfg = dec.default_config(*PAIR).replace(MMA="wgmma", BLOCK_N=64, num_warps=4, NUM_SPLITS=s)
+            sets = inputs[t]
+            i = sets[0]
+            i["out"][0].fill_(float("nan"))
+            bad = dec.verify_decode(*PAIR, i, dec.run_decode(*PAIR, cfg, i))
+            us = time_us(lambda: [dec.run_decode(*PAIR, cfg, x) for x in sets]) / len(sets)
+            res.append(f"{us:.2f}" + ("" if bad is None else f" FAIL {bad}"))
+        rows[name] = res
+        print(name, res, flush=True)
+    print("| variant | " + " | ".join(f"T={t} S={s or 'auto'}" for t, s in cases) + " |")
+    for name, res in rows.items():
+        print(f"| {name} | " + " | ".join(res) + " |")
+
+
+if __name__ == "__main__":
+    main()
