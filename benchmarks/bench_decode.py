@@ -32,7 +32,7 @@ from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
 from tuner.kernels.decode import (  # noqa: E402
     ISSUE_PAIRS, MAX_SPLITS, WGMMA_FORMATS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
-    max_partials, verify_decode, wgmma_legality, workspace_numel,
+    max_partials, verify_decode, wgmma_config, wgmma_legality, workspace_numel,
 )
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -164,7 +164,7 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
 def _wgmma_configs(pair: tuple[str, str], splits: tuple[int, ...]) -> list[Config]:
     if wgmma_legality(detect().name) or not set(pair) <= set(WGMMA_FORMATS):
         return []
-    d = default_config(*pair).replace(MMA="wgmma", BLOCK_N=64, num_warps=4)
+    d = wgmma_config(default_config(*pair))
     return [d.replace(NUM_SPLITS=s) for s in splits]
 
 

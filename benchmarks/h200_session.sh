@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|gpu-tests"
+PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -82,6 +82,11 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_logits.py tests/tuner/test_warmup.py \
       -k "wgmma or over_2gib" -p no:cacheprovider >"$OUT/results/pytest_wgmma_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_wgmma_gpu_h200.log"
+    ;;
+  decode-wgmma-tests)  # the decode tile's Gluon wgmma path on the GPU (T=1..64, every split count; ~75 s)
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_decode.py -k wgmma -p no:cacheprovider \
+      >"$OUT/results/pytest_decode_wgmma_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wgmma_gpu_h200.log"
     ;;
   gpu-tests)  # the tests that only run on a GPU (the whole suite compiles too much to fit here)
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner -k "gpu_graph_timing or over_2gib" -p no:cacheprovider \

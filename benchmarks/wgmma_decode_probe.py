@@ -8,7 +8,9 @@ import torch
 
 from benchmarks.common import provenance, time_us
 from tuner.core import Config
-from tuner.kernels.decode import AUTO, default_config, make_decode_inputs, run_decode, verify_decode, wgmma_plan
+from tuner.kernels.decode import (
+    AUTO, default_config, make_decode_inputs, run_decode, verify_decode, wgmma_config, wgmma_plan,
+)
 
 PAIRS = (("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528"))
 TRITON_BEST = {  # decode.md's best configs (2026-11-29)
@@ -19,7 +21,7 @@ TRITON_BEST = {  # decode.md's best configs (2026-11-29)
 
 
 def wgmma_cfg(comp: str, win: str, splits: int) -> Config:
-    return default_config(comp, win).replace(MMA="wgmma", BLOCK_N=64, num_warps=4, NUM_SPLITS=splits)
+    return wgmma_config(default_config(comp, win)).replace(NUM_SPLITS=splits)
 
 
 def main() -> None:

@@ -108,7 +108,7 @@ def main() -> None:
         dec._wgmma_module = lambda c, w, mod=mod: mod  # type: ignore[assignment]
         res = []
         for t, s in cases:
-            cfg = dec.default_config(*PAIR).replace(MMA="wgmma", BLOCK_N=64, num_warps=4, NUM_SPLITS=s)
+            cfg = dec.wgmma_config(dec.default_config(*PAIR)).replace(NUM_SPLITS=s)
             sets = inputs[t]
             i = sets[0]
             i["out"][0].fill_(float("nan"))

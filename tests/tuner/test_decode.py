@@ -19,7 +19,7 @@ from tuner.kernels.base import e2m1_backend_legality
 from tuner.kernels.decode import (
     DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_key, default_config,
     WGMMA_FORMATS, make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
-    verify_decode, wgmma_plan, workspace_numel,
+    verify_decode, wgmma_config, wgmma_plan, workspace_numel,
 )
 from tuner.reference import compare, decode_reference
 
@@ -446,7 +446,7 @@ def test_lut_scaled_bf16_asm_gives_every_nibble_times_its_scale() -> None:
 
 
 def _wgmma(comp: str, win: str, splits: int = 0) -> Config:
-    return default_config(comp, win).replace(MMA="wgmma", BLOCK_N=64, num_warps=4, NUM_SPLITS=splits)
+    return wgmma_config(default_config(comp, win)).replace(NUM_SPLITS=splits)
 
 
 def test_wgmma_space_fixes_its_parameters() -> None:
@@ -457,6 +457,14 @@ def test_wgmma_space_fixes_its_parameters() -> None:
     # fp8_584's bf16 dims are not read by the wgmma path.
     assert "records" in space("fp8_584", "fp8_584").infeasible(_wgmma("fp8_584", "fp8_584").replace())
     assert FAMILY.variant_of(_wgmma("nvfp4_288", "fp8_528")) == "wgmma"
+    # A search's sample of the path runs as the path's config, its split count kept; others as drawn.
+    key = decode_key("nvfp4_288", "fp8_528", "sm_90")
+    drawn = default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma", BLOCK_N=16, LISTS="apart", PREFETCH=1,
+                                                           backend="lut", num_stages=3, NUM_SPLITS=4)
+    assert FAMILY.canonical_config(key, drawn) == _wgmma("nvfp4_288", "fp8_528", 4)
+    assert sp.infeasible(FAMILY.canonical_config(key, drawn)) is None
+    other = drawn.replace(MMA="keys_m")
+    assert FAMILY.canonical_config(key, other) == other
     assert FAMILY.render(decode_key("nvfp4_288", "fp8_528", "sm_90"), _wgmma("nvfp4_288", "fp8_528")).template == "decode_wgmma.py.j2"
 
 

@@ -153,6 +153,13 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 # ---------------------------------------------------------------------------------------------
 
 
+def wgmma_config(cfg: Config) -> Config:
+    """`cfg` on the wgmma path: MMA=wgmma with the parameters the path fixes (WGMMA_FIXED; the
+    backend axis at its default, "soft": the kernel's e2m1 lookups are its own). Its split count
+    (NUM_SPLITS, see `wgmma_plan`) is the one parameter it keeps."""
+    return cfg.replace(MMA="wgmma", backend="soft", **WGMMA_FIXED)
+
+
 def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
     if c.name not in WGMMA_FORMATS or w.name not in WGMMA_FORMATS:
@@ -619,6 +626,11 @@ class _DecodeFamily:
 
     def default_config(self, key: ProblemKey) -> Config:
         return default_config(*key.formats)
+
+    def canonical_config(self, key: ProblemKey, config: Config) -> Config:
+        """A wgmma sample runs with the parameters the path fixes (`wgmma_config`), whatever it drew
+        for them: otherwise a search would almost never draw the one feasible combination."""
+        return wgmma_config(config) if config.get("MMA") == "wgmma" else config
 
     def variant_of(self, config: Config) -> str:
         return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
