@@ -258,6 +258,18 @@ def workspace_numel(n_tokens: int, heads: int, splits: int) -> int:
     return n_tokens * splits * heads * (512 + 2)
 
 
+def _partials(workspace: torch.Tensor | None, n_tok: int, heads: int, parts: int,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The workspace's partial outputs and (max, sum) pairs for `parts` programs a token (one
+    program writes no partials and needs no workspace), allocated when the caller passed none."""
+    need = workspace_numel(n_tok, heads, parts) if parts > 1 else 0
+    if workspace is None:
+        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=device)
+    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
+    return workspace[: n_tok * parts * heads * 512], workspace[n_tok * parts * heads * 512 :]
+
+
 def _check_cache(name: str, cache: torch.Tensor, f: RecordFormat, page_size: int) -> None:
     if not isinstance(page_size, int) or page_size < 1:
         raise ValueError(f"{name} page size must be a positive int, got {page_size!r}")
@@ -351,13 +363,7 @@ def decode(
         return o, lse
     plan = split_plan(cfg, n_tok, topk, window, q.device)
     parts = plan.programs
-    need = workspace_numel(n_tok, heads, parts) if plan.partial else 0
-    if workspace is None:
-        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=q.device)
-    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
-        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
-    part_o = workspace[: n_tok * parts * heads * 512]
-    part_ml = workspace[n_tok * parts * heads * 512 :]
+    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     fused = plan.partial and cfg["COMBINE"] == "fused"
     if fused and counters is None:
         counters = torch.zeros(n_tok, dtype=torch.int32, device=q.device)
@@ -397,9 +403,9 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     """(programs per token, key tiles per program) of the wgmma path: a token's 64-key tiles (the
     compressed list's, then the window list's) in contiguous shares. NUM_SPLITS asks for that many
     shares (fewer where shares would be empty); AUTO for about one program an SM: on the H200
-    (2026-11-30, benchmarks/results/decode_wgmma.md) two programs an SM ran each tile at half the
-    speed (T=64: 2 x 5 tiles 22.5 us, 4 x 3 tiles 24.2), and T=1 and 8 were fastest at one tile a
-    program (10 programs a token)."""
+    (2026-11-30, benchmarks/results/decode_wgmma.md, decode.md) two programs an SM did not finish a
+    token sooner (T=64: 2 x 5 tiles 22.5 us, 4 x 3 tiles 24.2 with the records in L2; 26.2 and
+    26.8 from DRAM), and T=1 to 8 were fastest at one tile a program (10 programs a token)."""
     tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
     s = int(cfg["NUM_SPLITS"])
     if s == AUTO:
@@ -419,7 +425,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                   workspace: torch.Tensor | None) -> None:
     """`decode` on the wgmma path (arguments already checked there)."""
     if q.device.type != "cuda" or interpreting():
-        raise ValueError(f"MMA=wgmma cannot run here: {WGMMA_ILLEGAL['interp']}")
+        raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
+                         + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
     illegal = wgmma_legality(detect().name)
     if illegal:
         raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
@@ -428,13 +435,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         raise ValueError(f"the wgmma path takes at most {WGMMA_HEADS} heads (the MMAs' N), got {heads}")
     topk, window = topk_idx.shape[1], window_idx.shape[1]
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device)
-    need = workspace_numel(n_tok, heads, parts) if parts > 1 else 0
-    if workspace is None:
-        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=q.device)
-    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
-        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
-    part_o = workspace[: n_tok * parts * heads * 512]
-    part_ml = workspace[n_tok * parts * heads * 512 :]
+    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     _wgmma_module(cf.name, wf.name).decode_wgmma_kernel[(n_tok, parts)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
