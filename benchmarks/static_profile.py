@@ -9,6 +9,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
 
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "" --cfg "MMA=keys_m"
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "" --cfg "BLOCK_N=64,MMA=keys_m"
+    python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "MMA=wgmma" --loop   # the Gluon kernel
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
 """
 
@@ -46,6 +47,8 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
 
         cfg = parse_cfg(text, D.default_config(*formats))
         fmts = [D.get_format(f) for f in formats]
+        if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True))]
         apart, fused = cfg["LISTS"] != "both", cfg["COMBINE"] == "fused"
         if cfg["LISTS"] == "separate":
             return [(f"{text} [{name}]", D.FAMILY._main_case(*fmts, cfg["backend"], cfg, split=True, apart=True,
