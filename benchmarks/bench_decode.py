@@ -31,7 +31,7 @@ from tuner.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
 from tuner.kernels.decode import (  # noqa: E402
-    ISSUE_PAIRS, MAX_SPLITS, WGMMA_FORMATS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
+    FAMILY, ISSUE_PAIRS, MAX_SPLITS, WGMMA_FORMATS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
     max_partials, verify_decode, wgmma_config, wgmma_legality, workspace_numel,
 )
 from tuner.reference import gather_dequant  # noqa: E402
@@ -168,18 +168,19 @@ def _wgmma_configs(pair: tuple[str, str], splits: tuple[int, ...]) -> list[Confi
     return [d.replace(NUM_SPLITS=s) for s in splits]
 
 
-def _backends(pair: tuple[str, str], target: str) -> list[str]:
-    """The e2m1 backends legal on `target`, and "wgmma" where its Gluon kernel reads the pair."""
-    wgmma = ["wgmma"] if not wgmma_legality(target) and set(pair) <= set(WGMMA_FORMATS) else []
-    return [b for b in cfg_backends(*pair) if not e2m1_backend_legality(b, target)] + wgmma
+def _variants(pair: tuple[str, str], target: str) -> list[str]:
+    """The family's variants legal on `target` that the pair's space has: its e2m1 backends, and
+    "wgmma" where that kernel reads the pair."""
+    own = set(cfg_backends(*pair)) | ({"wgmma"} if set(pair) <= set(WGMMA_FORMATS) else set())
+    return [v for v in FAMILY.variants() if v in own and FAMILY.legality(v, target) is None]
 
 
-def _check_configs(pair: tuple[str, str], backend: str) -> list[Config]:
-    """The default and the variants that change the kernel's structure: forced split/unsplit,
+def _check_configs(pair: tuple[str, str], variant: str) -> list[Config]:
+    """The default and the configs that change the kernel's structure: forced split/unsplit,
     keys on M, each LISTS layout and the fused combine (for "wgmma": its split counts)."""
-    if backend == "wgmma":
+    if variant == "wgmma":
         return _wgmma_configs(pair, (0, 1, 2, 16))
-    d = default_config(*pair).replace(backend=backend)
+    d = default_config(*pair).replace(backend=variant)
     return [d, d.replace(NUM_SPLITS=1), d.replace(NUM_SPLITS=8, BLOCK_N=32, MMA="keys_m"),
             d.replace(LISTS="apart", COMBINE="fused"), d.replace(LISTS="apart", NUM_SPLITS=2),
             d.replace(COMBINE="fused", NUM_SPLITS=4), d.replace(LISTS="separate"),
@@ -202,7 +203,7 @@ def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], t
         for n_tok in shape.ts:
             b = Bucket("T", n_tok, n_tok)
             if pair in ISSUE_PAIRS and checks:
-                items += [(b, c) for be in _backends(pair, target) for c in _check_configs(pair, be)]
+                items += [(b, c) for be in _variants(pair, target) for c in _check_configs(pair, be)]
             if pair in (MAIN, BASE):
                 items += [(b, c) for c in _sweep_configs(pair, structs if pair == MAIN else base_structs, n_tok, shape, dev,
                                                          picks)]
@@ -289,7 +290,7 @@ def main() -> int:
     # 1. Correctness: every legal variant of every issue pair, default and forced split/unsplit.
     checks = []
     for pair in () if args.skip_checks else ISSUE_PAIRS:
-        for backend in _backends(pair, target.name):
+        for backend in _variants(pair, target.name):
             for n_tok in shape.ts:
                 s = _sets(pools, pair, shape, n_tok, 1, device, seed=n_tok)[0]
                 for cfg in _check_configs(pair, backend):

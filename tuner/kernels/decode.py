@@ -77,11 +77,9 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
         if c["MMA"] == "wgmma":
             if get_format(comp_fmt).name not in WGMMA_FORMATS or get_format(win_fmt).name not in WGMMA_FORMATS:
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
-            fixed = {**WGMMA_FIXED, "backend": "soft"}  # its e2m1 lookups are its own
-            off = [k for k, v in fixed.items() if c[k] != v]
-            if off:
-                return f"the wgmma path runs {', '.join(f'{k}={fixed[k]}' for k in off)}"
-            return None
+            want = wgmma_config(c)
+            off = [k for k, v in want.as_dict().items() if c[k] != v]
+            return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
         # fp32 K tiles double the shared memory and registers of the dot operands.
         if c["DOT"] == "fp32" and c["BLOCK_N"] > 32:
             return "fp32 dot operands with BLOCK_N > 32 exceed shared memory"

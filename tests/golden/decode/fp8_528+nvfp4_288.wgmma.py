@@ -21,7 +21,9 @@ def _ue8m0_value(b):
 
 @gluon.jit
 def _e4m3_scale_value(b):
-    # e4m3fn scale byte (int32) -> fp32 (the conversion is exact; 0x7F / 0xFF are NaN).
+    # e4m3fn scale byte (int32) -> fp32 (the conversion is exact; 0x7F / 0xFF are NaN). Unlike
+    # the Triton readers' helper (_decode_keys.py.j2), no explicit NaN select: that one is for
+    # Triton's interpreter, which reads 0x7F as 480, and costs 79 SASS a tile here.
     return b.to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)
 
 
