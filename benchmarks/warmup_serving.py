@@ -25,6 +25,7 @@ import torch  # noqa: E402
 from tuner.core import Bucket, Config, ProblemKey  # noqa: E402
 from tuner.formats import alloc_cache, page_bytes  # noqa: E402
 from tuner.kernels import get_family  # noqa: E402
+from tuner.kernels.base import modules  # noqa: E402
 from tuner.targets import detect  # noqa: E402
 
 POOL_BYTES = 3 << 30  # over 2 GiB, as a real KV pool
@@ -52,7 +53,7 @@ def make_keys(target: str) -> tuple[list[dict], dict[str, str], float]:
     for item in plan(target):
         fam = get_family(item["kernel"])
         for bucket, cfg in item["buckets"]:
-            sources[fam.render(item["key"], cfg).source_hash] = fam.render(item["key"], cfg).source
+            sources.update({r.source_hash: r.source for r in modules(fam, item["key"], cfg)})
             # Recorded on the device itself: launchers size some launch arguments from it (decode's
             # automatic split count follows the SM count), so keys belong to a device model.
             keys += [k.to_json() for k in keys_for(item["kernel"], item["key"], cfg, bucket, target, device="cuda")]

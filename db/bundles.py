@@ -86,9 +86,12 @@ def build_bundle(
             default_cfg = family.default_config(key)
             defaults = [b for b in family.buckets(key) if not any(_overlaps(b, t) for t in tuned_buckets)]
             if defaults:
-                rendered = family.render(key, default_cfg)
-                # The default's source must be fetchable by hash like any tuned one.
-                store_sources(s, [(rendered.source_hash, rendered.template, rendered.source)])
+                from tuner.kernels.base import modules
+
+                rs = modules(family, key, default_cfg)
+                rendered = rs[0]
+                # The default's sources must be fetchable by hash like any tuned one's.
+                store_sources(s, [(r.source_hash, r.template, r.source) for r in rs])
                 for b in defaults:
                     entries.append({
                         "bucket": b.to_json(), "name": b.name(), "default": True, "config": default_cfg.as_dict(),

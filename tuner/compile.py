@@ -114,7 +114,8 @@ def xcompile(kernel: str, targets: Sequence[str], jobs: int | None = None) -> li
 
     def one(item: tuple[XCompileCase, str]) -> CompileResult:
         case, t = item
-        expected = "illegal" if fam.legality(case.variant, t) else "legal"
+        illegal = fam.legality(case.variant, t) or (case.only_targets and t not in case.only_targets)
+        expected = "illegal" if illegal else "legal"
         return compile_in_child(kernel, case, t, expected)
 
     with ThreadPoolExecutor(max_workers=jobs or max(1, os.cpu_count() or 1)) as pool:

@@ -399,14 +399,17 @@ class Worker:
             failed = {k: v for br in result.buckets for k, v in br.failed_by_status().items()}
             queue.fail(self.db, lease, f"no verified config in any bucket (failed trials by status: {failed})")
             return
+        from tuner.kernels.base import modules
+
         hashes: dict[str, str] = {}
         sources: dict[str, tuple[str, str, str]] = {}
         try:
             for br in winners:
                 assert br.best is not None
-                r = family.render(lease.key, br.best.config)
-                hashes[br.bucket.name()] = r.source_hash
-                sources[r.source_hash] = (r.source_hash, r.template, r.source)
+                rs = modules(family, lease.key, br.best.config)  # the config's own module first
+                hashes[br.bucket.name()] = rs[0].source_hash
+                for r in rs:
+                    sources[r.source_hash] = (r.source_hash, r.template, r.source)
         except Exception as e:  # noqa: BLE001
             queue.fail(self.db, lease, f"cannot render the winning config: {type(e).__name__}: {e}")
             return

@@ -22,6 +22,7 @@ from tuner.kernels.decode import (
     verify_decode, wgmma_config, wgmma_plan, workspace_numel,
 )
 from tuner.reference import compare, decode_reference
+from tuner.targets import GPU_TARGETS
 
 # Small enough for the interpreter; topk and window are not multiples of any BLOCK_N.
 T, H, TOPK, WINDOW = 3, 16, 40, 20
@@ -236,7 +237,8 @@ def test_xcompile_table_matches_the_issue() -> None:
     """soft compiles on all four GPU targets; ptx (e2m1 decode via cvt.rn.f16x2.e2m1x2) only on
     sm_100; gfx950 (v_cvt_scalef32_pk_f32_fp4) only on gfx950; lut (prmt tables) on both NVIDIA
     targets; wgmma (Gluon, Hopper) only on sm_90 -- for the main kernel of every issue pair, its
-    split build, and the combine kernel."""
+    split build, and the combine kernel; the combine as a programmatic dependent launch (the wgmma
+    path's, griddepcontrol) on the NVIDIA targets only."""
     out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "decode", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
@@ -246,7 +248,8 @@ def test_xcompile_table_matches_the_issue() -> None:
     for r in rows:
         assert r["kernel"] == "decode"
         seen.add((r["variant"], r["detail"], r["target"]))
-        want = "compiled" if r["target"] in expect[r["variant"]] else "illegal"
+        legal = expect[r["variant"]] & ({"sm_90", "sm_100"} if r["detail"].endswith(" pdl") else set(GPU_TARGETS))
+        want = "compiled" if r["target"] in legal else "illegal"
         assert r["status"] == want, r
         assert r["expected"] == ("legal" if want == "compiled" else "illegal"), r
         if r["status"] == "compiled":
@@ -263,6 +266,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
         for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "nvfp4_288+fp8_528 split"):  # no wgmma for fp8_584
             assert ("wgmma", pair, t) in seen
+        assert ("soft", "combine pdl", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert len(aborted) == 2 * len([p for p in ISSUE_PAIRS if "nvfp4_288" in p])  # 2 gfx targets per e2m1 pair
@@ -466,6 +470,22 @@ def test_wgmma_space_fixes_its_parameters() -> None:
     other = drawn.replace(MMA="keys_m")
     assert FAMILY.canonical_config(key, other) == other
     assert FAMILY.render(decode_key("nvfp4_288", "fp8_528", "sm_90"), _wgmma("nvfp4_288", "fp8_528")).template == "decode_wgmma.py.j2"
+
+
+def test_wgmma_modules_include_the_merge_it_launches() -> None:
+    # A bundle stores every module a config launches kernels of, since its warmup keys name each
+    # kernel's module by hash: the wgmma path merges with the Triton module's decode_combine.
+    from tuner.kernels.base import modules
+    from tuner.kernels.decode import _module
+
+    key = decode_key("nvfp4_288", "fp8_528", "sm_90")
+    cfg = _wgmma("nvfp4_288", "fp8_528")
+    wg, merge = modules(FAMILY, key, cfg)
+    assert wg == FAMILY.render(key, cfg) and "def decode_wgmma_kernel(" in wg.source
+    assert "def decode_combine(" in merge.source
+    # The launcher's merge module is that one (generated modules are named by their source hash).
+    assert _module("nvfp4_288", "fp8_528", "soft").__name__.endswith(merge.source_hash)
+    assert modules(FAMILY, key, default_config("nvfp4_288", "fp8_528")) == [FAMILY.render(key, default_config("nvfp4_288", "fp8_528"))]
 
 
 def test_wgmma_plan_covers_every_tile_once() -> None:

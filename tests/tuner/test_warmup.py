@@ -278,3 +278,52 @@ def test_gpu_wgmma_keys_warm_every_launch_over_2gib() -> None:
     cfg = dot_config(get_family("logits").default_config(key), "wgmma").replace(TILES=4)
     keys = _warm_then_serve_without_compiles(key, cfg, device="cuda")
     assert {a.type for k in keys for a in k.args if a.name == "k_desc"} == {WGMMA_DESC_TYPE}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an sm_90 GPU to record, compile for and launch on")
+def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
+    # The decode tile's wgmma path: a Gluon kernel plus the Triton module's decode_combine, launched
+    # as its programmatic dependent (launch_pdl, a launch option its key must carry). Keys recorded
+    # on the GPU for T = 1..4 (split counts follow the SM count), warmed from the sources a bundle
+    # stores (`modules`), then every T served for real on small pools and on a compressed pool over
+    # 2 GiB: nothing may compile.
+    from tuner.kernels import get_family
+    from tuner.kernels.base import modules
+    from tuner.kernels.decode import decode_key, default_config, wgmma_config
+    from tuner.targets import detect
+    from tuner.warmup import warm
+
+    if detect().name != "sm_90":
+        pytest.skip("the wgmma path is sm_90's")
+    fam = get_family("decode")
+    key = decode_key("nvfp4_288", "fp8_528", "sm_90")
+    cfg = wgmma_config(default_config("nvfp4_288", "fp8_528"))
+    keys = keys_for("decode", key, cfg, Bucket("T", 1, 4), "sm_90", device="cuda")
+    sources = {r.source_hash: r.source for r in modules(fam, key, cfg)}
+    assert {k.source_hash for k in keys} == set(sources)  # both modules, nothing a bundle would lack
+    combine = [k for k in keys if k.fn == "decode_combine"]
+    assert combine and all(dict(k.options).get("launch_pdl") is True for k in combine)
+    assert any(k.fn == "decode_wgmma_kernel" for k in keys)
+    # Earlier tests of this process may have compiled these binaries already: forget them, so that
+    # warm() has to compile every key and serving without compiles proves warm() did it.
+    from triton.runtime.jit import JITFunction
+
+    from tuner import render as R
+
+    for r in modules(fam, key, cfg):
+        for fn in vars(R.load(r)).values():
+            if isinstance(fn, JITFunction):
+                fn.device_caches.clear()
+    report = warm(keys, sources)
+    assert report.compiled >= 2  # the wgmma kernel and its merge at least
+    for n in range(1, 5):
+        inp = fam.make_inputs(key, Bucket("T", n, n), "cuda", seed=n)
+        small = inp["comp_cache"]
+        big = torch.zeros(2**31 // small.shape[1] + 8, small.shape[1], dtype=torch.uint8, device="cuda")
+        big[: small.shape[0]] = small
+        with no_compiles():
+            for cache in (small, big):
+                out = fam.run(key, cfg, dict(inp, comp_cache=cache))
+        torch.cuda.synchronize()
+        assert fam.verify(key, inp, out) is None
+        del big

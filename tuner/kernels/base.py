@@ -111,6 +111,9 @@ class XCompileCase:
     # (tt.divisibility), which is what lets a load built on them vectorise; compiled without the
     # hint, a row load of records became 64 one-byte loads in the sm_90 SASS.
     aligned_ints: tuple[str, ...] = ()
+    # Where not empty, the only targets the case is legal on, on top of its variant's legality (a
+    # build option of one launch, e.g. a programmatic dependent launch: NVIDIA sm_90 and later).
+    only_targets: tuple[str, ...] = ()
 
 
 class KernelFamily(Protocol):
@@ -245,3 +248,12 @@ def canonical_config(family: Any, key: ProblemKey, config: Config) -> Config:
     in those one config, so that a search reaches it at all and never measures it twice."""
     canon = getattr(family, "canonical_config", None)
     return canon(key, config) if canon is not None else config
+
+
+def modules(family: Any, key: ProblemKey, config: Config) -> list[Rendered]:
+    """Every generated module the launches of `config` use, `render(key, config)` first: the
+    family's `modules(key, config)` where a launcher also calls kernels of other modules (decode's
+    wgmma path merges with the Triton module's decode_combine). A bundle stores all of them, since
+    its warmup keys name each kernel's module by hash."""
+    own = getattr(family, "modules", None)
+    return list(own(key, config)) if own is not None else [family.render(key, config)]

@@ -42,6 +42,9 @@ WGMMA_ILLEGAL: dict[str, str] = {
     "gfx942": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
     "gfx950": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
 }
+# Targets with programmatic dependent launch (griddepcontrol; NVIDIA sm_90 and later): the wgmma
+# path launches its merge as a dependent grid.
+PDL_TARGETS: tuple[str, ...] = ("sm_90", "sm_100")
 DECODE_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
 # The record pairs the issue names (compressed, window); the cross-compile table covers these.
 ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"))
@@ -444,21 +447,29 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     )
     if parts > 1:
         # The Triton module's merge (any backend renders the same decode_combine).
-        launch_combine(_module(cf.name, wf.name, "soft"), part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
+        # The Triton module's merge (any backend renders the same decode_combine; `soft`, as the
+        # family's `modules` lists it for a bundle's sources), launched as a
+        # programmatic dependent: the wgmma kernel releases it at its start (sm_90 has PDL).
+        launch_combine(_module(cf.name, wf.name, "soft"), part_o, part_ml, sink, o, lse, parts, attn_sink is not None,
+                       pdl=True)
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
-                   lse: torch.Tensor, parts: int, has_sink: bool) -> None:
+                   lse: torch.Tensor, parts: int, has_sink: bool, pdl: bool = False) -> None:
     """decode_combine over `parts` partials per token of `o[T, H, 512]` (the workspace layout of
     `decode`). The block is sized to the launch's partials, not to the most any launch has:
-    masked-off splits still cost the program their addresses and reductions (see combine_tile)."""
+    masked-off splits still cost the program their addresses and reductions (see combine_tile).
+    `pdl`: launched as a programmatic dependent of the kernel before it (NVIDIA sm_90+ only),
+    which waits for that kernel itself; the option is passed only then, so the other launches
+    keep their warmup keys."""
     n_tok, heads = o.shape[0], o.shape[1]
     block_s = max(2, triton.next_power_of_2(parts))
     block_h = max(16, triton.next_power_of_2(heads))
     block_d, warps = combine_tile(block_s, block_h, n_tok, sm_count(o.device))
+    extra: dict[str, Any] = {"PDL": True, "launch_pdl": True} if pdl else {}
     mod.decode_combine[(n_tok, 512 // block_d)](
         part_o, part_ml, sink, o, lse, heads, parts,
-        BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps,
+        BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps, **extra,
     )
 
 
@@ -591,7 +602,7 @@ def _signature(comp: RecordFormat, win: RecordFormat) -> dict[str, str]:
 _COMBINE_SIGNATURE = {
     "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32", "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32",
     "n_heads": "i32", "n_split": "i32",
-    "BLOCK_H": "constexpr", "BLOCK_S": "constexpr", "BLOCK_D": "constexpr", "HAS_SINK": "constexpr",
+    "BLOCK_H": "constexpr", "BLOCK_S": "constexpr", "BLOCK_D": "constexpr", "HAS_SINK": "constexpr", "PDL": "constexpr",
 }
 
 
@@ -642,6 +653,12 @@ class _DecodeFamily:
             return render_wgmma(key.formats[0], key.formats[1])
         return render_variant(key.formats[0], key.formats[1], config["backend"])
 
+    def modules(self, key: ProblemKey, config: Config) -> list[R.Rendered]:
+        """The wgmma kernel's module and the Triton module whose decode_combine merges its splits."""
+        if config.get("MMA") == "wgmma":
+            return [render_wgmma(key.formats[0], key.formats[1]), render_variant(key.formats[0], key.formats[1], "soft")]
+        return [self.render(key, config)]
+
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_decode_inputs(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window,
                                   device, seed)
@@ -685,12 +702,17 @@ class _DecodeFamily:
             if comp in WGMMA_FORMATS and win in WGMMA_FORMATS:
                 cases.append(self._wgmma_case(get_format(comp), get_format(win), split=False))
         cases.append(self._wgmma_case(cf, wf, split=True))
-        cases.append(XCompileCase(
-            variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
-            signature=dict(_COMBINE_SIGNATURE),
-            constexprs={"BLOCK_H": 16, "BLOCK_S": MAX_SPLITS, "BLOCK_D": combine_tile(MAX_SPLITS, 16)[0], "HAS_SINK": True},
-            num_warps=combine_tile(MAX_SPLITS, 16)[1], num_stages=1, detail="combine",
-        ))
+        # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
+        # (griddepcontrol.wait: NVIDIA sm_90 and later only).
+        for pdl in (False, True):
+            cases.append(XCompileCase(
+                variant="soft", rendered=render_variant(cf, wf, "soft"), kernel_name="decode_combine",
+                signature=dict(_COMBINE_SIGNATURE),
+                constexprs={"BLOCK_H": 16, "BLOCK_S": MAX_SPLITS, "BLOCK_D": combine_tile(MAX_SPLITS, 16)[0],
+                            "HAS_SINK": True, "PDL": pdl},
+                num_warps=combine_tile(MAX_SPLITS, 16)[1], num_stages=1, detail="combine" + (" pdl" if pdl else ""),
+                only_targets=PDL_TARGETS if pdl else (),
+            ))
         return cases
 
     @staticmethod

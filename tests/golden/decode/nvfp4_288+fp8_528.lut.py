@@ -3,6 +3,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 D = tl.constexpr(512)
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -534,6 +535,7 @@ def decode_combine(
     BLOCK_S: tl.constexpr,  # a power of two >= n_split
     BLOCK_D: tl.constexpr,  # dims per program (grid axis 1 splits D)
     HAS_SINK: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched as a programmatic dependent of the kernel that wrote the partials
 ):
     # Flash-decoding's merge: weights 2**(m_s - M) over the splits. Every split's [H, BLOCK_D]
     # slice comes in ONE block load, so all of them are in flight at once: a loop over the splits
@@ -545,6 +547,11 @@ def decode_combine(
     h = tl.arange(0, BLOCK_H)
     d = pd * BLOCK_D + tl.arange(0, BLOCK_D)
     hmask = h < n_heads
+    if PDL:
+        # Programmatic dependent launch (sm_90+): this grid starts while the split kernel still
+        # runs, so its launch and setup are off the critical path; griddepcontrol.wait returns once
+        # that kernel has finished and its partial stores are visible.
+        gdc_wait()
     ml_row, ml_mask, big, _, w, l = _split_weights(part_ml_ptr, t64, n_split, n_heads, h, hmask, BLOCK_S)
     parts = tl.load(part_o_ptr + ml_row[:, :, None] * D + d[None, None, :], mask=ml_mask[:, :, None], other=0.0)
     acc = tl.sum(parts * w[:, :, None], axis=0)

@@ -13,6 +13,14 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit
+def _launch_dependents():
+    # Programmatic dependent launch: the next grid (the merge) may start now; it waits for this
+    # one's completion and memory itself (griddepcontrol.wait), so this only hides its launch.
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _ue8m0_value(b):
     # ue8m0 byte (int32) -> 2**(b-127); 0xFF is NaN, byte 0 reads as 0.0 (as the reference builds it).
     v = (b << 23).to(gl.float32, bitcast=True)
@@ -318,6 +326,8 @@ def decode_wgmma_kernel(
     wL: gl.constexpr = _WIN_L3
     q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 
+    if SPLIT:
+        _launch_dependents()
     tok = gl.program_id(0)
     sp = gl.program_id(1)
     t64 = tok.to(gl.int64)
