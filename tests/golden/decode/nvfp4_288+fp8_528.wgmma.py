@@ -326,8 +326,6 @@ def decode_wgmma_kernel(
     wL: gl.constexpr = _WIN_L3
     q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 
-    if SPLIT:
-        _launch_dependents()
     tok = gl.program_id(0)
     sp = gl.program_id(1)
     t64 = tok.to(gl.int64)
@@ -367,6 +365,8 @@ def decode_wgmma_kernel(
     m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, gl.maximum(i0, n_comp) - n_comp,
                                           i1 - n_comp, win_page_size, win_page_bytes, kv_smem, q_smem, p_smem,
                                           m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
+    if SPLIT:
+        _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
 
     od = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l))
