@@ -449,6 +449,43 @@ def test_lut_scaled_bf16_asm_gives_every_nibble_times_its_scale() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def test_wgmma_e2m1_asm_gives_every_nibble_times_its_scale() -> None:
+    # The wgmma kernel's table-free e2m1 -> bf16: four bytes ($4) and one scale pair ($5, the e4m3
+    # scale times 2**(126 - K_SHIFT) in both halves) -> nibbles i and i + 4 of the word as one bf16
+    # pair in $0..$3 for i = 0, 2 | 1, 3 (the order _group_order relabels), each value the exact
+    # e2m1 * scale * 2**-K_SHIFT. Executed on every byte value in every position and on random
+    # words, with every e4m3 scale value (zero, subnormals, 448, NaN).
+    import math
+    import random
+    import re
+    import struct
+
+    from tests.ptx_emulation import asm_of, bf16_bits, bf16_value, run_ptx
+
+    source = render_wgmma("nvfp4_288", "fp8_528").source
+    k_shift = int(re.search(r"^K_SHIFT = gl.constexpr\((\d+)\)$", source, re.M).group(1))
+    asm, constraints, pack = asm_of(source, "_e2m1_scaled_bf16")
+    assert constraints == "=r,=r,=r,=r,r,r,r" and pack == 4
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+    e4m3 = [float(torch.tensor([c], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) for c in range(0x80)]
+    rng = random.Random(5)
+    cases = [(b * 0x01010101, s) for b in range(256) for s in rng.sample(e4m3, 6)]
+    cases += [(rng.getrandbits(32), rng.choice(e4m3)) for _ in range(3000)] + [(rng.getrandbits(32), 448.0)] * 50
+    for x, s in cases:
+        sb = bf16_bits(s * 2.0 ** (126 - k_shift))
+        assert math.isnan(s) or bf16_value(sb) == s * 2.0 ** (126 - k_shift)  # the scale itself is exact
+        out = run_ptx(asm, {"$4": x, "$5": sb | sb << 16})
+        for reg, i in enumerate((0, 1, 2, 3)):
+            for half, nib in ((0, (x >> (4 * i)) & 0xF), (1, (x >> (4 * (i + 4))) & 0xF)):
+                got = (out[f"${reg}"] >> (16 * half)) & 0xFFFF
+                want = e2m1[nib] * s * 2.0 ** -k_shift
+                if math.isnan(want):
+                    assert math.isnan(bf16_value(got)), (hex(x), reg, half, s)
+                else:
+                    assert got == bf16_bits(want), (hex(x), reg, half, nib, s, hex(got))
+                    assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want)  # signed zeros too
+
+
 def _wgmma(comp: str, win: str, splits: int = 0) -> Config:
     return wgmma_config(default_config(comp, win)).replace(NUM_SPLITS=splits)
 

@@ -10,6 +10,9 @@ BLOCK_N = gl.constexpr(64)  # keys a tile: one wgmma M block
 CHUNK = gl.constexpr(128)  # dims of a shared K chunk (four a tile)
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
+# The e2m1 tiles' K is stored times 2**-K_SHIFT (see _e2m1_scaled_bf16): their scores' scale and
+# their P (MMA 2's B operand) take the factor back, exactly (powers of two).
+K_SHIFT = gl.constexpr(8)
 
 
 @gluon.jit
@@ -37,43 +40,36 @@ def _e4m3_scale_value(b):
 
 @gluon.jit
 def _e2m1_scaled_bf16(b, s):
-    # Four bytes ($4) of e2m1 pairs -> their low-nibble and high-nibble elements as bf16, times
-    # their scales ($5, $6: bf16, one per byte), by byte-permute table lookups and packed bf16
-    # FMAs with -0.0 as the addend (the decode tile's lut backend, _e2m1_decode.py.j2).
+    # Four bytes ($4) of e2m1 pairs (elements e0..e7, e_i in nibble i) -> eight bf16 times their
+    # scale ($5: bf16, the same for the four bytes), with no table: an e2m1 code's magnitude bits
+    # placed at bf16 bits 6-8 and its sign at bit 15 are its value times 2**-126 (a subnormal for
+    # 0.5, normal above: the same relation for both), so a nibble pair 16 bits apart (e_i, e_i+4)
+    # becomes one bf16 pair by two shifts and two masks; the packed FMA (-0.0 added) applies the
+    # scale, which the caller passes times 2**(126 - K_SHIFT). Outputs in the order (e0, e4, e1,
+    # e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (DIM_GROUP_ORDER).
     return gl.inline_asm_elementwise(
         asm="""{
-        .reg .b32 ha, hb, la, lb, m, t, s, H, L, P, z;
-        mov.b32 ha, 0x3F3F3F00;
-        mov.b32 hb, 0x40404040;
-        mov.b32 la, 0xC0800000;
-        mov.b32 lb, 0xC0804000;
+        .reg .b32 m, t, z;
         mov.b32 z, 0x80008000;
-        and.b32 m, $4, 0x07070707;
-        shr.u32 t, m, 4;
-        or.b32 m, m, t;
-        prmt.b32 s, m, m, 0x3320;
-        prmt.b32 H, ha, hb, s;
-        prmt.b32 L, la, lb, s;
+        shl.b32 m, $4, 6;
+        shl.b32 t, $4, 12;
+        and.b32 t, t, 0x80008000;
+        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
+        fma.rn.bf16x2 $0, m, $5, z;
+        shl.b32 m, $4, 2;
+        shl.b32 t, $4, 8;
+        and.b32 t, t, 0x80008000;
+        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
+        fma.rn.bf16x2 $1, m, $5, z;
+        shr.u32 m, $4, 2;
         shl.b32 t, $4, 4;
-        and.b32 t, t, 0x80808080;
-        or.b32 H, H, t;
-        prmt.b32 P, L, H, 0x5140;
-        fma.rn.bf16x2 $0, P, $5, z;
-        prmt.b32 P, L, H, 0x7362;
-        fma.rn.bf16x2 $1, P, $6, z;
-        shr.u32 m, $4, 4;
-        and.b32 m, m, 0x07070707;
-        shr.u32 t, m, 4;
-        or.b32 m, m, t;
-        prmt.b32 s, m, m, 0x3320;
-        prmt.b32 H, ha, hb, s;
-        prmt.b32 L, la, lb, s;
-        and.b32 t, $4, 0x80808080;
-        or.b32 H, H, t;
-        prmt.b32 P, L, H, 0x5140;
-        fma.rn.bf16x2 $2, P, $5, z;
-        prmt.b32 P, L, H, 0x7362;
-        fma.rn.bf16x2 $3, P, $6, z;
+        and.b32 t, t, 0x80008000;
+        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
+        fma.rn.bf16x2 $2, m, $5, z;
+        shr.u32 m, $4, 6;
+        and.b32 t, $4, 0x80008000;
+        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
+        fma.rn.bf16x2 $3, m, $5, z;
         }""",
         constraints="=r,=r,=r,=r,r,r,r",
         args=[b, s],
@@ -82,6 +78,20 @@ def _e2m1_scaled_bf16(b, s):
         pack=4,
     )
 
+
+@gluon.jit
+def _group_order(x, N: gl.constexpr):
+    # [rows, N] in dim order -> the same values with each 8-dim group in the order of
+    # _e2m1_scaled_bf16's outputs (e0, e4, e1, e5, e2, e6, e3, e7): a relabelling of registers.
+    x5 = gl.reshape(x, [x.shape[0], N // 8, 2, 4])
+    return gl.reshape(gl.permute(x5, (0, 1, 3, 2)), [x.shape[0], N])
+
+
+@gluon.jit
+def _dim_of(p):
+    # The dim stored at position p of a chunk (each 8-dim group in _group_order's order).
+    return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2)
+
 @gluon.jit
 def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
     j = j0 + gl.arange(0, BLOCK_N, layout=kl)
@@ -89,8 +99,8 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 
 
 @gluon.jit
-def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, s_l: gl.constexpr,
-            o_l: gl.constexpr):
+def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+            s_l: gl.constexpr, o_l: gl.constexpr):
     # One tile (in kv_smem) into the online softmax. MMA 1, async over the four chunks:
     # S^T[64, heads] = sum_c K_c q_c^T.
     fence_async_shared()
@@ -102,7 +112,8 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     s = warpgroup_mma_wait(0, deps=(s,))
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
-    s = gl.where(valid[:, None], s * scale_log2, float("-inf"))
+    # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 1 for e4m3).
+    s = gl.where(valid[:, None], s * (scale_log2 * K_UNIT), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
@@ -110,6 +121,8 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     # The sums stay per key row (each thread its rows) until the program's end: one cross-warp
     # reduction a tile instead of two (H200: the two took 0.4 us of a tile's 3.5).
     l_r = l_r * alpha[None, :] + p
+    if K_UNIT != 1.0:
+        p = p * K_UNIT  # for MMA 2 only (exact: a power of two); the sums above took p itself
     p_smem.index(z).store(gl.permute(p.to(gl.bfloat16), (1, 0)))
     fence_async_shared()
     gl.thread_barrier()
@@ -168,10 +181,11 @@ def _comp_fetch(cache_ptr, slot, page_size, page_bytes, L3: gl.constexpr, SHIFT:
 
 @gluon.jit
 def _comp_chunk(b, sb, L3: gl.constexpr):
-    # One fetched chunk -> K_c[64, 128] bf16, exactly.
+    # One fetched chunk -> K_c[64, 128] bf16 (exactly), each 8-dim group in
+    # _group_order's order.
     sb = sb.to(gl.int32)
     v = b.to(gl.float8e4nv, bitcast=True).to(gl.float32) * _ue8m0_value(sb)[:, :, None]
-    return gl.reshape(v.to(gl.bfloat16), [BLOCK_N, CHUNK])
+    return _group_order(gl.reshape(v.to(gl.bfloat16), [BLOCK_N, CHUNK]), CHUNK)
 
 
 @gluon.jit
@@ -200,7 +214,7 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, page_size, page_bytes, kv_sme
         kv_smem.index(z + 2).store(_comp_chunk(b2, s2, L3))
         kv_smem.index(z + 3).store(_comp_chunk(b3, s3, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, s_l, o_l)
+                                           scale_log2, 1.0, s_l, o_l)
     return m_i, l_r, o0, o1, o2, o3
 
 # nvfp4_288: a chunk of 128 dims is 8 scale tiles of 8 bytes a key, as
@@ -246,11 +260,16 @@ def _win_fetch(cache_ptr, slot, page_size, page_bytes, L3: gl.constexpr, SHIFT: 
 
 @gluon.jit
 def _win_chunk(b, sb, L3: gl.constexpr):
-    # One fetched chunk -> K_c[64, 128] bf16, exactly.
+    # One fetched chunk -> K_c[64, 128] bf16 (times 2**-K_SHIFT, exactly), each 8-dim group in
+    # _group_order's order.
     sb = sb.to(gl.int32)
-    sc = _e4m3_scale_value(sb)
-    lo, hi = _e2m1_scaled_bf16(b, sc.to(gl.bfloat16)[:, :, None].broadcast_to(b.shape))
-    return gl.reshape(gl.join(lo, hi), [BLOCK_N, CHUNK])
+    # Times 2**(126 - K_SHIFT): at most 448 * 2**118 < 2**127, a bf16 (see _e2m1_scaled_bf16).
+    sc = (_e4m3_scale_value(sb) * 2.0 ** (126 - K_SHIFT)).to(gl.bfloat16)
+    p0, p1 = _e2m1_scaled_bf16(b, sc[:, :, None].broadcast_to(b.shape))
+    # Per four bytes: p0's four values, then p1's (an 8-dim group in _group_order's order).
+    w0 = gl.reshape(p0, [BLOCK_N, CHUNK // 8, 4])
+    w1 = gl.reshape(p1, [BLOCK_N, CHUNK // 8, 4])
+    return gl.reshape(gl.permute(gl.join(w0, w1), (0, 1, 3, 2)), [BLOCK_N, CHUNK])
 
 
 @gluon.jit
@@ -279,7 +298,7 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, page_size, page_bytes, kv_smem
         kv_smem.index(z + 2).store(_win_chunk(b2, s2, L3))
         kv_smem.index(z + 3).store(_win_chunk(b3, s3, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, s_l, o_l)
+                                           scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
     return m_i, l_r, o0, o1, o2, o3
 
 
@@ -336,7 +355,8 @@ def decode_wgmma_kernel(
     topk_row = topk_ptr + t64 * stride_kt
     widx_row = widx_ptr + t64 * stride_wt
 
-    # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view).
+    # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view), each
+    # 8-dim group in the order the K chunks have it (_group_order).
     qh = gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
@@ -344,7 +364,7 @@ def decode_wgmma_kernel(
     for c in gl.static_range(4):
         qv = gl.load(q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + (c * CHUNK + qd)[None, :],
                      mask=(qh < n_heads)[:, None], other=0.0)
-        q_smem.index(c).store(qv)
+        q_smem.index(c).store(_group_order(qv, CHUNK))
     kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
@@ -369,7 +389,8 @@ def decode_wgmma_kernel(
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
 
-    od = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l))
+    # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
     oh = gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
     ohm = (oh < n_heads)[None, :]
     h = gl.arange(0, HB, layout=hl)
