@@ -17,7 +17,7 @@ from tuner.core import Bucket, Config
 from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from tuner.kernels.base import e2m1_backend_legality
 from tuner.kernels.decode import (
-    DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_key, default_config,
+    DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode, decode_key, default_config,
     WGMMA_FORMATS, make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
     verify_decode, wgmma_config, wgmma_plan, workspace_numel,
 )
@@ -248,7 +248,7 @@ def test_xcompile_table_matches_the_issue() -> None:
     for r in rows:
         assert r["kernel"] == "decode"
         seen.add((r["variant"], r["detail"], r["target"]))
-        legal = expect[r["variant"]] & ({"sm_90", "sm_100"} if r["detail"].endswith(" pdl") else set(GPU_TARGETS))
+        legal = expect[r["variant"]] & set(PDL_TARGETS if r["detail"].endswith(" pdl") else GPU_TARGETS)
         want = "compiled" if r["target"] in legal else "illegal"
         assert r["status"] == want, r
         assert r["expected"] == ("legal" if want == "compiled" else "illegal"), r
@@ -452,8 +452,7 @@ def test_lut_scaled_bf16_asm_gives_every_nibble_times_its_scale() -> None:
 def test_wgmma_e2m1_asm_gives_every_nibble_times_its_scale() -> None:
     # The wgmma kernel's table-free e2m1 -> bf16: four bytes ($4) and one scale pair ($5, the e4m3
     # scale times 2**(126 - K_SHIFT) in both halves) -> nibbles i and i + 4 of the word as one bf16
-    # pair in $0..$3 for i = 0, 2 | 1, 3 (the order _group_order relabels), each value the exact
-    # e2m1 * scale * 2**-K_SHIFT. Executed on every byte value in every position and on random
+    # pair in $i (the order _group_order relabels), each value the exact e2m1 * scale * 2**-K_SHIFT. Executed on every byte value in every position and on random
     # words, with every e4m3 scale value (zero, subnormals, 448, NaN).
     import math
     import random
@@ -475,14 +474,14 @@ def test_wgmma_e2m1_asm_gives_every_nibble_times_its_scale() -> None:
         sb = bf16_bits(s * 2.0 ** (126 - k_shift))
         assert math.isnan(s) or bf16_value(sb) == s * 2.0 ** (126 - k_shift)  # the scale itself is exact
         out = run_ptx(asm, {"$4": x, "$5": sb | sb << 16})
-        for reg, i in enumerate((0, 1, 2, 3)):
+        for i in range(4):
             for half, nib in ((0, (x >> (4 * i)) & 0xF), (1, (x >> (4 * (i + 4))) & 0xF)):
-                got = (out[f"${reg}"] >> (16 * half)) & 0xFFFF
+                got = (out[f"${i}"] >> (16 * half)) & 0xFFFF
                 want = e2m1[nib] * s * 2.0 ** -k_shift
                 if math.isnan(want):
-                    assert math.isnan(bf16_value(got)), (hex(x), reg, half, s)
+                    assert math.isnan(bf16_value(got)), (hex(x), i, half, s)
                 else:
-                    assert got == bf16_bits(want), (hex(x), reg, half, nib, s, hex(got))
+                    assert got == bf16_bits(want), (hex(x), i, half, nib, s, hex(got))
                     assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want)  # signed zeros too
 
 
@@ -522,7 +521,8 @@ def test_wgmma_modules_include_the_merge_it_launches() -> None:
     assert "def decode_combine(" in merge.source
     # The launcher's merge module is that one (generated modules are named by their source hash).
     assert _module("nvfp4_288", "fp8_528", "soft").__name__.endswith(merge.source_hash)
-    assert modules(FAMILY, key, default_config("nvfp4_288", "fp8_528")) == [FAMILY.render(key, default_config("nvfp4_288", "fp8_528"))]
+    triton_cfg = default_config("nvfp4_288", "fp8_528")
+    assert modules(FAMILY, key, triton_cfg) == [FAMILY.render(key, triton_cfg)]
 
 
 def test_wgmma_plan_covers_every_tile_once() -> None:

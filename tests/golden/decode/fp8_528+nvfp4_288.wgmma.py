@@ -46,7 +46,7 @@ def _e2m1_scaled_bf16(b, s):
     # 0.5, normal above: the same relation for both), so a nibble pair 16 bits apart (e_i, e_i+4)
     # becomes one bf16 pair by two shifts and two masks; the packed FMA (-0.0 added) applies the
     # scale, which the caller passes times 2**(126 - K_SHIFT). Outputs in the order (e0, e4, e1,
-    # e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (DIM_GROUP_ORDER).
+    # e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (_group_order).
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 m, t, z;
