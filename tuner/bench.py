@@ -680,7 +680,7 @@ class _Child:
         import traceback
 
         from tuner.kernels import get_family
-        from tuner.kernels.base import config_legality
+        from tuner.kernels.base import config_legality, measured_hash
 
         t0 = time.monotonic()
         c = Candidate.from_json(req["candidate"])
@@ -703,7 +703,7 @@ class _Child:
         self.phase("render")
         try:
             rendered = fam.render(c.key, c.config)
-            out["source_hash"] = rendered.source_hash
+            out["source_hash"] = measured_hash(fam, c.key, c.config)
         except Exception as e:
             return fail(TrialStatus.COMPILE_ERROR, exc_text(e))
         self.phase("inputs")

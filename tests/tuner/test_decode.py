@@ -523,6 +523,13 @@ def test_wgmma_modules_include_the_merge_it_launches() -> None:
     assert _module("nvfp4_288", "fp8_528", "soft").__name__.endswith(merge.source_hash)
     triton_cfg = default_config("nvfp4_288", "fp8_528")
     assert modules(FAMILY, key, triton_cfg) == [FAMILY.render(key, triton_cfg)]
+    # A trial's time belongs to both sources: a stored wgmma trial goes stale when either changes,
+    # a one-module config keeps its module's hash.
+    from tuner.kernels.base import measured_hash
+    from tuner.render import source_hash
+
+    assert measured_hash(FAMILY, key, cfg) == source_hash(f"{wg.source_hash}+{merge.source_hash}")
+    assert measured_hash(FAMILY, key, triton_cfg) == FAMILY.render(key, triton_cfg).source_hash
 
 
 def test_wgmma_plan_covers_every_tile_once() -> None:

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from tuner.core import Bucket, Config, ProblemKey
-from tuner.render import Rendered
+from tuner.render import Rendered, source_hash
 
 if TYPE_CHECKING:
     # Imported inside the functions that use it: every compiler child (tuner.compile) imports this
@@ -257,3 +257,14 @@ def modules(family: Any, key: ProblemKey, config: Config) -> list[Rendered]:
     its warmup keys name each kernel's module by hash."""
     own = getattr(family, "modules", None)
     return list(own(key, config)) if own is not None else [family.render(key, config)]
+
+
+def measured_hash(family: Any, key: ProblemKey, config: Config) -> str:
+    """The content hash a trial's time belongs to: its module's source hash, or where the config
+    launches kernels of more than one module (`modules`), a hash over all of theirs, so that a
+    change to any of them (decode's wgmma path: its merge in the Triton module) makes stored
+    trials of the config stale. One-module configs keep their source hash as it was."""
+    rs = modules(family, key, config)
+    if len(rs) == 1:
+        return rs[0].source_hash
+    return source_hash("+".join(r.source_hash for r in rs))
