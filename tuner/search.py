@@ -4,7 +4,8 @@ through a runner (`tuner.bench.BenchRunner` on a device, `SimulatedRunner` on a 
 - One Optuna study per (key, bucket), named `<key.slug()>/<bucket.name()>`, in memory or in the RDB
   storage passed in (so several workers of one arch can share a study).
 - The kernel's default config is always trial 0 (`enqueue_trial`), so "tuned vs default" is measured
-  in the same run, on the same device, with the same clock.
+  in the same run, on the same device, with the same clock. The family's seed configs for the
+  target (`seed_configs`: known-good variants a few trials may never draw) come next.
 - Samples that are infeasible in the space or illegal on the target are told to Optuna as PRUNED
   without compiling anything; they do not count against the trial budget. Failed candidates
   (wrong result, compile error, crash, timeout...) are PRUNED too, which TPE ranks below every
@@ -28,7 +29,7 @@ from optuna.trial import TrialState
 
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.base import KernelFamily, Space, canonical_config, config_legality, measured_hash
+from tuner.kernels.base import KernelFamily, Space, canonical_config, config_legality, measured_hash, seed_configs
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
 if TYPE_CHECKING:
@@ -156,6 +157,16 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     grid = _grid_order(space, default) if search == "grid" else None
     if grid is None and not has_default:
         study.enqueue_trial(default.as_dict(), user_attrs={"kvtune_default": True})
+    if grid is None:
+        # The family's known-good configs for this target next (a few trials may never draw
+        # them), where this space holds them and they are neither measured nor waiting already.
+        waiting = [Config.from_dict(t.system_attrs.get("fixed_params") or {})
+                   for t in study.get_trials(deepcopy=False) if t.state is TrialState.WAITING]
+        for cfg in seed_configs(fam, key, target):
+            cfg = canonical_config(fam, key, cfg)
+            if cfg == default or cfg.to_json() in seen or cfg in waiting or _why_pruned(space, fam, target, cfg):
+                continue
+            study.enqueue_trial(cfg.as_dict(), user_attrs={"kvtune_seed": True})
     runnable = _count_runnable(space, fam, target)
     budget = _Budget(trials, deadline, should_stop)
     measured = samples = pruned = 0

@@ -324,3 +324,35 @@ def test_a_variant_that_fixes_parameters_is_reached_and_measured_once() -> None:
     assert sum(t.config == wgmma for t in trials) == 1
     assert fam.canonical_config(key, wgmma.replace(BLOCK_N=32, QT=2, num_warps=8)) == wgmma
     assert fam.canonical_config(key, sub.default()) == sub.default()
+
+
+def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None:
+    # decode on sm_90 seeds its wgmma path: trial 1 of every search (not grid, which enqueues the
+    # whole grid itself), whatever the sampler would draw; nothing is seeded where it cannot run.
+    # SYNTHETIC times: wgmma 1 us, every other config 5 us or more.
+    from tuner.bench import new_table, table_put
+    from tuner.kernels.base import config_legality, seed_configs
+    from tuner.kernels.decode import decode_key, wgmma_config
+    from tuner.kernels.decode import space as decode_space
+
+    key = decode_key("nvfp4_288", "fp8_528", "sm_90")
+    fam = get_family("decode")
+    sub = decode_space("nvfp4_288", "fp8_528").restrict({
+        "backend": ("soft", "lut"), "BLOCK_N": (32, 64), "NUM_SPLITS": (0, 2), "LISTS": ("both",), "COMBINE": ("kernel",),
+        "DOT": ("bf16",), "MMA": ("heads_m", "keys_m", "wgmma"), "PREFETCH": (0, 1), "num_warps": (4, 8),
+        "num_stages": (1,)})
+    wgmma = wgmma_config(sub.default())
+    assert seed_configs(fam, key, "sm_90") == [wgmma]
+    assert seed_configs(fam, decode_key("nvfp4_288", "fp8_528", "sm_100"), "sm_100") == []
+    assert seed_configs(fam, decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == []  # records it cannot read
+    b = Bucket("T", 1, 1)
+    table = new_table(key, "decode", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())
+    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and config_legality(fam, c, "sm_90") is None]
+    assert wgmma in feasible
+    for i, c in enumerate(feasible):
+        table_put(table, b, c, Measurement(TrialStatus.OK, time_us=1.0 if c == wgmma else 5.0 + i / 1000))
+    for search in ("tpe", "random"):
+        res = tune(key, buckets=[b], trials=2, search=search, seed=0, runner=SimulatedRunner(table), space=sub)
+        trials = res.buckets[0].trials
+        assert [t.config for t in trials] == [sub.default(), wgmma]
+        assert res.buckets[0].best.config == wgmma

@@ -268,3 +268,11 @@ def measured_hash(family: Any, key: ProblemKey, config: Config) -> str:
     if len(rs) == 1:
         return rs[0].source_hash
     return source_hash("+".join(r.source_hash for r in rs))
+
+
+def seed_configs(family: Any, key: ProblemKey, target: str) -> list[Config]:
+    """Configs a search measures right after the default: the family's `seed_configs(key, target)`
+    where it has one (decode on sm_90: its wgmma path, which eight TPE trials over a space of
+    thousands may never draw; on the H200 it is the fastest config at every T). None by default."""
+    own = getattr(family, "seed_configs", None)
+    return list(own(key, target)) if own is not None else []

@@ -645,6 +645,14 @@ class _DecodeFamily:
     def variant_of(self, config: Config) -> str:
         return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
 
+    def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
+        """The wgmma path where it runs (sm_90, records it reads): a search measures it second,
+        since a few TPE trials may not draw it (a T=1 tune of 8 trials on the H200 did not)."""
+        comp, win = key.formats
+        if wgmma_legality(target) or comp not in WGMMA_FORMATS or win not in WGMMA_FORMATS:
+            return []
+        return [wgmma_config(default_config(comp, win))]
+
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(DECODE_BUCKETS)
 
