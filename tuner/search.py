@@ -151,17 +151,15 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     current = _Current(fam, key, runner.info().get("timing", ""))
     seen: dict[str, TrialRecord] = {r.config.to_json(): r for r in _records(study, current)}
     # Waiting (enqueued, not yet asked) trials keep their params in system_attrs["fixed_params"].
-    has_default = default.to_json() in seen or any(
-        t.state is TrialState.WAITING and Config.from_dict(t.system_attrs.get("fixed_params") or {}) == default
-        for t in study.get_trials(deepcopy=False))
+    waiting = [Config.from_dict(t.system_attrs.get("fixed_params") or {})
+               for t in study.get_trials(deepcopy=False) if t.state is TrialState.WAITING]
+    has_default = default.to_json() in seen or default in waiting
     grid = _grid_order(space, default) if search == "grid" else None
     if grid is None and not has_default:
         study.enqueue_trial(default.as_dict(), user_attrs={"kvtune_default": True})
     if grid is None:
         # The family's known-good configs for this target next (a few trials may never draw
         # them), where this space holds them and they are neither measured nor waiting already.
-        waiting = [Config.from_dict(t.system_attrs.get("fixed_params") or {})
-                   for t in study.get_trials(deepcopy=False) if t.state is TrialState.WAITING]
         for cfg in seed_configs(fam, key, target):
             cfg = canonical_config(fam, key, cfg)
             if cfg == default or cfg.to_json() in seen or cfg in waiting or _why_pruned(space, fam, target, cfg):
