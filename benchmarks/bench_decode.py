@@ -31,8 +31,8 @@ from tuner.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
 from tuner.kernels.decode import (  # noqa: E402
-    FAMILY, ISSUE_PAIRS, MAX_SPLITS, WGMMA_FORMATS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
-    max_partials, verify_decode, wgmma_config, wgmma_legality, workspace_numel,
+    FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
+    max_partials, verify_decode, wgmma_config, wgmma_legality, wgmma_reads, workspace_numel,
 )
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -162,7 +162,7 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
 
 
 def _wgmma_configs(pair: tuple[str, str], splits: tuple[int, ...]) -> list[Config]:
-    if wgmma_legality(detect().name) or not set(pair) <= set(WGMMA_FORMATS):
+    if wgmma_legality(detect().name) or not wgmma_reads(*pair):
         return []
     d = wgmma_config(default_config(*pair))
     return [d.replace(NUM_SPLITS=s) for s in splits]
@@ -171,7 +171,7 @@ def _wgmma_configs(pair: tuple[str, str], splits: tuple[int, ...]) -> list[Confi
 def _variants(pair: tuple[str, str], target: str) -> list[str]:
     """The family's variants legal on `target` that the pair's space has: its e2m1 backends, and
     "wgmma" where that kernel reads the pair."""
-    own = set(cfg_backends(*pair)) | ({"wgmma"} if set(pair) <= set(WGMMA_FORMATS) else set())
+    own = set(cfg_backends(*pair)) | ({"wgmma"} if wgmma_reads(*pair) else set())
     return [v for v in FAMILY.variants() if v in own and FAMILY.legality(v, target) is None]
 
 

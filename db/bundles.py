@@ -63,6 +63,7 @@ def build_bundle(
     kernels: Sequence[str] | None = None, record_misses: bool = True,
 ) -> dict[str, Any]:
     from tuner.kernels import family_names, get_family
+    from tuner.kernels.base import modules
 
     plans: list[tuple[str, ProblemKey, Any]] = []
     skipped: dict[str, str] = {}
@@ -86,8 +87,6 @@ def build_bundle(
             default_cfg = family.default_config(key)
             defaults = [b for b in family.buckets(key) if not any(_overlaps(b, t) for t in tuned_buckets)]
             if defaults:
-                from tuner.kernels.base import modules
-
                 rs = modules(family, key, default_cfg)
                 rendered = rs[0]
                 # The default's sources must be fetchable by hash like any tuned one's.

@@ -680,7 +680,7 @@ class _Child:
         import traceback
 
         from tuner.kernels import get_family
-        from tuner.kernels.base import config_legality, measured_hash
+        from tuner.kernels.base import config_legality, measured_hash, modules
 
         t0 = time.monotonic()
         c = Candidate.from_json(req["candidate"])
@@ -702,8 +702,9 @@ class _Child:
             return fail(TrialStatus.ILLEGAL_ON_ARCH, why)
         self.phase("render")
         try:
-            rendered = fam.render(c.key, c.config)
-            out["source_hash"] = measured_hash(fam, c.key, c.config)
+            rs = modules(fam, c.key, c.config)  # the config's own module first
+            rendered = rs[0]
+            out["source_hash"] = measured_hash(rs)
         except Exception as e:
             return fail(TrialStatus.COMPILE_ERROR, exc_text(e))
         self.phase("inputs")

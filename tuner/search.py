@@ -29,7 +29,9 @@ from optuna.trial import TrialState
 
 from tuner.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.base import KernelFamily, Space, canonical_config, config_legality, measured_hash, seed_configs
+from tuner.kernels.base import (
+    KernelFamily, Space, canonical_config, config_legality, measured_hash, modules, seed_configs,
+)
 from tuner.results import BucketResult, TrialRecord, TuneResult
 
 if TYPE_CHECKING:
@@ -117,7 +119,7 @@ class _Current:
         k = config.to_json()
         if k not in self._hash:
             try:
-                self._hash[k] = measured_hash(self.fam, self.key, config)
+                self._hash[k] = measured_hash(modules(self.fam, self.key, config))
             except Exception:  # a config that does not render has no current source
                 self._hash[k] = None
         return self._hash[k]

@@ -438,7 +438,7 @@ def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, bu
     with another template source or on another clock is stale and left out, as the tuner does), plus
     every trial recorded in this attempt's fenced rows (a tuner stand-in keeps no study). Winners
     are the fastest verified trials; the default is the default config's trial."""
-    from tuner.kernels.base import measured_hash
+    from tuner.kernels.base import measured_hash, modules
     from tuner.search import RECORD_ATTR, study_name
 
     rendered: dict[str, str | None] = {}
@@ -448,7 +448,7 @@ def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, bu
             k = rec.config.to_json()
             if k not in rendered:
                 try:
-                    rendered[k] = measured_hash(family, lease.key, rec.config)
+                    rendered[k] = measured_hash(modules(family, lease.key, rec.config))
                 except Exception:  # noqa: BLE001 - a config that no longer renders has no current source
                     rendered[k] = None
             if rendered[k] != rec.source_hash:

@@ -18,8 +18,8 @@ from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from tuner.kernels.base import e2m1_backend_legality
 from tuner.kernels.decode import (
     DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode, decode_key, default_config,
-    WGMMA_FORMATS, make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
-    verify_decode, wgmma_config, wgmma_plan, workspace_numel,
+    make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
+    verify_decode, wgmma_config, wgmma_plan, wgmma_reads, workspace_numel,
 )
 from tuner.reference import compare, decode_reference
 from tuner.targets import GPU_TARGETS
@@ -229,7 +229,7 @@ def test_rendered_sources_match_golden(pair: tuple[str, str]) -> None:
     comp, win = pair
     for b in cfg_backends(comp, win):
         check_golden(f"decode/{comp}+{win}.{b}.py", render_variant(comp, win, b).source)
-    if comp in WGMMA_FORMATS and win in WGMMA_FORMATS:
+    if wgmma_reads(comp, win):
         check_golden(f"decode/{comp}+{win}.wgmma.py", render_wgmma(comp, win).source)
 
 
@@ -528,8 +528,8 @@ def test_wgmma_modules_include_the_merge_it_launches() -> None:
     from tuner.kernels.base import measured_hash
     from tuner.render import source_hash
 
-    assert measured_hash(FAMILY, key, cfg) == source_hash(f"{wg.source_hash}+{merge.source_hash}")
-    assert measured_hash(FAMILY, key, triton_cfg) == FAMILY.render(key, triton_cfg).source_hash
+    assert measured_hash(modules(FAMILY, key, cfg)) == source_hash(f"{wg.source_hash}+{merge.source_hash}")
+    assert measured_hash(modules(FAMILY, key, triton_cfg)) == FAMILY.render(key, triton_cfg).source_hash
 
 
 def test_wgmma_plan_covers_every_tile_once() -> None:

@@ -259,12 +259,11 @@ def modules(family: Any, key: ProblemKey, config: Config) -> list[Rendered]:
     return list(own(key, config)) if own is not None else [family.render(key, config)]
 
 
-def measured_hash(family: Any, key: ProblemKey, config: Config) -> str:
-    """The content hash a trial's time belongs to: its module's source hash, or where the config
-    launches kernels of more than one module (`modules`), a hash over all of theirs, so that a
-    change to any of them (decode's wgmma path: its merge in the Triton module) makes stored
-    trials of the config stale. One-module configs keep their source hash as it was."""
-    rs = modules(family, key, config)
+def measured_hash(rs: Sequence[Rendered]) -> str:
+    """The content hash a trial's time belongs to, from its config's `modules`: the module's source
+    hash, or where the config launches kernels of more than one module, a hash over all of theirs,
+    so that a change to any of them (decode's wgmma path: its merge in the Triton module) makes
+    stored trials of the config stale. One-module configs keep their source hash as it was."""
     if len(rs) == 1:
         return rs[0].source_hash
     return source_hash("+".join(r.source_hash for r in rs))

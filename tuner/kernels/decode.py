@@ -29,9 +29,12 @@ from tuner.targets import detect, interpreting
 TEMPLATE = "decode_tile.py.j2"
 # The `wgmma` MMA path is a Gluon kernel of its own template (sm_90 only; see templates/decode_wgmma.py.j2).
 WGMMA_TEMPLATE = "decode_wgmma.py.j2"
-WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf16 dims
+WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf16 dims (see wgmma_reads)
 WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
 WGMMA_HEADS = 16  # the MMAs' N: heads padded to 16
+# The Triton module whose decode_combine merges the wgmma path's splits (every backend renders the
+# same decode_combine).
+WGMMA_MERGE_BACKEND = "soft"
 # What the wgmma path fixes (one warpgroup, 64-key tiles, bf16 dots, its own e2m1 lookups and
 # split plan): every other value of these axes would be the same kernel under another name.
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
@@ -78,7 +81,7 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
 
     def _fits(c: Config) -> str | None:
         if c["MMA"] == "wgmma":
-            if get_format(comp_fmt).name not in WGMMA_FORMATS or get_format(win_fmt).name not in WGMMA_FORMATS:
+            if not wgmma_reads(comp_fmt, win_fmt):
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
             want = wgmma_config(c)
             off = [k for k, v in want.as_dict().items() if c[k] != v]
@@ -161,9 +164,14 @@ def wgmma_config(cfg: Config) -> Config:
     return cfg.replace(MMA="wgmma", backend="soft", **WGMMA_FIXED)
 
 
+def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
+    """Whether the wgmma path reads this record pair (both sides WGMMA_FORMATS)."""
+    return get_format(comp_fmt).name in WGMMA_FORMATS and get_format(win_fmt).name in WGMMA_FORMATS
+
+
 def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
-    if c.name not in WGMMA_FORMATS or w.name not in WGMMA_FORMATS:
+    if not wgmma_reads(c, w):
         raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
     return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w})
 
@@ -446,12 +454,11 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         HAS_SINK=attn_sink is not None, num_warps=4,
     )
     if parts > 1:
-        # The Triton module's merge (any backend renders the same decode_combine).
-        # The Triton module's merge (any backend renders the same decode_combine; `soft`, as the
-        # family's `modules` lists it for a bundle's sources), launched as a
-        # programmatic dependent: the wgmma kernel releases it at its start (sm_90 has PDL).
-        launch_combine(_module(cf.name, wf.name, "soft"), part_o, part_ml, sink, o, lse, parts, attn_sink is not None,
-                       pdl=True)
+        # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
+        # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it
+        # after its key loop (sm_90 has PDL).
+        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
+                       attn_sink is not None, pdl=True)
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
@@ -648,10 +655,9 @@ class _DecodeFamily:
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second,
         since a few TPE trials may not draw it (a T=1 tune of 8 trials on the H200 did not)."""
-        comp, win = key.formats
-        if wgmma_legality(target) or comp not in WGMMA_FORMATS or win not in WGMMA_FORMATS:
+        if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
-        return [wgmma_config(default_config(comp, win))]
+        return [wgmma_config(default_config(*key.formats))]
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(DECODE_BUCKETS)
@@ -664,7 +670,7 @@ class _DecodeFamily:
     def modules(self, key: ProblemKey, config: Config) -> list[R.Rendered]:
         """The wgmma kernel's module and the Triton module whose decode_combine merges its splits."""
         if config.get("MMA") == "wgmma":
-            return [render_wgmma(key.formats[0], key.formats[1]), render_variant(key.formats[0], key.formats[1], "soft")]
+            return [render_wgmma(*key.formats), render_variant(*key.formats, WGMMA_MERGE_BACKEND)]
         return [self.render(key, config)]
 
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
@@ -707,7 +713,7 @@ class _DecodeFamily:
         f584 = get_format("fp8_584")
         cases.append(self._main_case(f584, f584, "soft", default_config(f584, f584).replace(PREFETCH=1), split=False))
         for comp, win in ISSUE_PAIRS:
-            if comp in WGMMA_FORMATS and win in WGMMA_FORMATS:
+            if wgmma_reads(comp, win):
                 cases.append(self._wgmma_case(get_format(comp), get_format(win), split=False))
         cases.append(self._wgmma_case(cf, wf, split=True))
         # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
