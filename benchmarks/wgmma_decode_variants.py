@@ -1,7 +1,9 @@
 """Side-by-side timings of throwaway variants of the decode tile's wgmma kernel (H200): each
 variant is the rendered template with one source edit, checked against the reference, then timed
 (CUDA graph median, one input set) at a few (T, NUM_SPLITS). Nothing here is kept in the template
-unless it wins; the table goes to benchmarks/results/decode_wgmma_variants.md by hand."""
+unless it wins; the table goes to benchmarks/results/decode_wgmma_variants.md by hand. (The
+records a tile early into registers, timed here once, spilled; they now travel by cp.async into
+shared stage buffers: results/decode_cp_async.md.)"""
 from __future__ import annotations
 
 import re
@@ -41,7 +43,7 @@ def variants(src: str) -> dict[str, str]:
     v = v.replace("    fence_async_shared()\n    gl.thread_barrier()\n    a0, a1", "    a0, a1", 1)
     for name in ("_comp", "_win"):
         for c in range(4):
-            old = f"        kv_smem.index(z + {c}).store({name}_chunk(b{c}, s{c}, L3))\n"
+            old = f"        kv_smem.index(z + {c}).store({name}_chunk(b, sb, L3))\n"
             new = old + (f"        fence_async_shared()\n        gl.thread_barrier()\n"
                          f"        a{c} = warpgroup_mma(kv_smem.index(z + {c}), q_smem.index(z + {c}).permute((1, 0)), "
                          f"gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)\n")
@@ -49,9 +51,10 @@ def variants(src: str) -> dict[str, str]:
     v = v.replace("_attend(kv_smem, q_smem, p_smem, z, slot >= 0,", "_attend(kv_smem, q_smem, p_smem, z, a0, a1, a2, a3, slot >= 0,")
     out["mma1_per_chunk"] = v
     # Leave-one-stage-out (wrong results, timing only):
-    # no_loads: every record load predicated off at run time (issued, moves no bytes).
-    out["no_loads"] = src.replace("mask=v3, other=0)", "mask=v3 & (page_size < 0), other=0)").replace(
-        "mask=v2, other=0)", "mask=v2 & (page_size < 0), other=0)")
+    # no_loads: every record copy predicated off at run time (issued, moves no bytes).
+    assert "mask=valid[:, None])" in src and "mask=svalid[:, None])" in src
+    out["no_loads"] = src.replace("mask=valid[:, None])", "mask=valid[:, None] & (page_size < 0))").replace(
+        "mask=svalid[:, None])", "mask=svalid[:, None] & (page_size < 0))")
     # no_dequant: the raw bytes widened to bf16 in place of the lookups and scaling.
     nd = re.sub(r"(def _comp_chunk\(b, sb, L3: gl.constexpr\):\n)", r"\1    v = b.to(gl.bfloat16)\n    return gl.reshape(gl.join(v, v), [BLOCK_N, CHUNK])\n", src)
     out["no_dequant"] = re.sub(r"(def _win_chunk\(b, sb, L3: gl.constexpr\):\n)", r"\1    return gl.reshape(b.to(gl.bfloat16), [BLOCK_N, CHUNK])\n", nd)
@@ -65,30 +68,7 @@ def variants(src: str) -> dict[str, str]:
     out["divide"] = src.replace("    if SHIFT >= 0:\n", "    if SHIFT >= 99:\n")
     # no_reduce: the running max without its cross-warp reduction (the sums are per row already).
     out["no_reduce"] = src.replace("m_new = gl.maximum(m_i, gl.max(s, axis=0))", "m_new = m_i + 0.0")
-    # prefetch_regs: the next tile's records loaded before this tile's MMAs (into registers).
-    out["prefetch_regs"] = _prefetch(src, ("_comp", "_win"))
-    # prefetch_comp: the same for the compressed list (nvfp4_288: 36 registers of raw bytes) only.
-    out["prefetch_comp"] = _prefetch(src, ("_comp",))
     return out
-
-
-def _prefetch(src: str, names: tuple[str, ...]) -> str:
-    parts = []
-    rest = src
-    for name in names:
-        k = rest.index(f"def {name}_pass(")
-        end = rest.index("    return m_i, l_r, o0, o1, o2, o3\n", k)
-        head, body, rest = rest[:k], rest[k:end], rest[end:]
-        fetch = f"        b0, s0, b1, s1, b2, s2, b3, s3 = {name}_fetch(cache_ptr, slot, page_size, page_bytes, L3, SHIFT)\n"
-        nxt = "        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)\n"
-        first = "    slot_n = _slots(idx_row, lim, t0 * BLOCK_N, kl)\n"
-        store3 = f"        kv_smem.index(z + 3).store({name}_chunk(b3, s3, L3))\n"
-        assert fetch in body and nxt in body and first in body and store3 in body
-        body = body.replace(fetch + nxt, nxt)
-        body = body.replace(first, first + fetch[4:].replace("(cache_ptr, slot,", "(cache_ptr, slot_n,"))
-        body = body.replace(store3, store3 + fetch.replace("(cache_ptr, slot,", "(cache_ptr, slot_n,"))
-        parts += [head, body]
-    return "".join(parts) + rest
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 D = gl.constexpr(512)
@@ -93,6 +94,25 @@ def _dim_of(p):
     return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2)
 
 @gluon.jit
+def _record_rows(slot, page_size, page_bytes, area, l: gl.constexpr, ROW: gl.constexpr, SHIFT: gl.constexpr):
+    # Each slot's row of ROW bytes in its page's area starting at byte `area` (the data rows at 0,
+    # the scale rows after page_size data rows), in layout l; and whether the slot is a key (-1: no).
+    slot = gl.convert_layout(slot, l)
+    valid = slot >= 0
+    s = gl.where(valid, slot, 0)
+    if SHIFT >= 0:
+        # A power-of-two page size: shift and mask, not an integer division (~20 instructions
+        # of long latency a key, on the way from the slots to the loads; 0.5 us of 34.5 with one
+        # program walking all ten tiles of a token on the H200).
+        page = (s >> SHIFT).to(gl.int64)
+        off = (s & ((1 << SHIFT) - 1)).to(gl.int64)
+    else:
+        page = (s // page_size).to(gl.int64)
+        off = (s % page_size).to(gl.int64)
+    return page * page_bytes + area + off * ROW, valid
+
+
+@gluon.jit
 def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
     j = j0 + gl.arange(0, BLOCK_N, layout=kl)
     return gl.load(idx_row + j, mask=j < n_keys, other=-1)
@@ -141,42 +161,46 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
 # nvfp4_288: a chunk of 128 dims is 8 scale tiles of 8 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
 _COMP_L3 = gl.constexpr(gl.BlockedLayout([1, 2, 8], [8, 4, 1], [4, 1, 1], [2, 1, 0]))
+# The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8 or 16).
+_COMP_S2 = gl.constexpr(gl.BlockedLayout([1, 16], [16, 2], [4, 1], [1, 0]))
+# The data rows [keys, 64 bytes] of a chunk as copied: 16 bytes a thread.
+_COMP_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
+# The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
+_COMP_ROWS = gl.constexpr([8, BLOCK_N, 64])
+_COMP_SROWS = gl.constexpr([2, BLOCK_N, 32])
 
 
 @gluon.jit
-def _comp_fetch(cache_ptr, slot, page_size, page_bytes, L3: gl.constexpr, SHIFT: gl.constexpr):
-    # The raw bytes of a tile's records, chunk by chunk (64 data bytes and 8 scale
-    # bytes a key each): a slot of -1 loads zeros.
-    kl: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
-    slot = gl.convert_layout(slot, kl)
-    valid = slot >= 0
-    s = gl.where(valid, slot, 0)
-    if SHIFT >= 0:
-        # A power-of-two page size: shift and mask, not an integer division (~20 instructions
-        # of long latency a key, on the way from the slots to the loads; 0.5 us of 34.5 with one
-        # program walking all ten tiles of a token on the H200).
-        page = (s >> SHIFT).to(gl.int64)
-        off = (s & ((1 << SHIFT) - 1)).to(gl.int64)
-    else:
-        page = (s // page_size).to(gl.int64)
-        off = (s % page_size).to(gl.int64)
-    data = page * page_bytes + off * 256
-    srow = page * page_bytes + page_size * 256 + off * 32
-    t = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))  # [keys, tiles]
-    t3 = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(0, L3)))  # [tiles, bytes]
-    k = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(0, L3)))
-    inner = t3[:, None] * 8 + k[None, :]
-    v3 = valid[:, None, None]
-    v2 = valid[:, None]
-    b0 = gl.load(cache_ptr + data[:, None, None] + (0 + inner)[None, :, :], mask=v3, other=0)
-    s0 = gl.load(cache_ptr + srow[:, None] + (0 + t)[None, :], mask=v2, other=0)
-    b1 = gl.load(cache_ptr + data[:, None, None] + (64 + inner)[None, :, :], mask=v3, other=0)
-    s1 = gl.load(cache_ptr + srow[:, None] + (8 + t)[None, :], mask=v2, other=0)
-    b2 = gl.load(cache_ptr + data[:, None, None] + (128 + inner)[None, :, :], mask=v3, other=0)
-    s2 = gl.load(cache_ptr + srow[:, None] + (16 + t)[None, :], mask=v2, other=0)
-    b3 = gl.load(cache_ptr + data[:, None, None] + (192 + inner)[None, :, :], mask=v3, other=0)
-    s3 = gl.load(cache_ptr + srow[:, None] + (24 + t)[None, :], mask=v2, other=0)
-    return b0, s0, b1, s1, b2, s2, b3, s3
+def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
+    # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
+    # the data by chunk (rows[4u + c]: [keys, 64 bytes]), the scale rows (32 bytes a key) into
+    # srows[u]; a slot of -1 fills zeros. The caller commits the group.
+    C2: gl.constexpr = _COMP_C2
+    data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 256, SHIFT)
+    cb = gl.arange(0, 64, layout=gl.SliceLayout(0, C2))
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0), cache_ptr + data[:, None] + (0 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1), cache_ptr + data[:, None] + (64 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2), cache_ptr + data[:, None] + (128 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3), cache_ptr + data[:, None] + (192 + cb)[None, :],
+                                           mask=valid[:, None])
+    S2: gl.constexpr = _COMP_S2
+    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 256, gl.SliceLayout(1, S2),
+                                32, SHIFT)
+    sb = gl.arange(0, 32, layout=gl.SliceLayout(0, S2))
+    async_copy.async_copy_global_to_shared(srows.index(u), cache_ptr + srow[:, None] + sb[None, :],
+                                           mask=svalid[:, None])
+
+
+@gluon.jit
+def _comp_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
+    # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
+    row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 8, 8],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+    sb = srows.index(u).slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
+    return row.load(L3), sb
 
 
 @gluon.jit
@@ -194,73 +218,88 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
+def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
+        rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
         o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list. Each tile's slots are loaded a tile early, so a tile waits for
-    # one memory round trip (its records) instead of two (3.6 us a tile on the H200 with both,
-    # one program a token). Its records a tile early too measured no better: the raw bytes in
-    # flight take the registers of two more chunks, and the kernel spills (static sm_90).
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (its slots:
+    # `slot`; see _first_tile). A tile's records travel by cp.async into one of two stage buffers
+    # while the tile before it is dequantized and attended (its slots are loaded a tile before
+    # that), so a tile waits for no memory round trip of its own. Loaded into registers a tile
+    # early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
-    slot_n = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
         # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
         # the loop, not hoisted out of it and kept live (255 registers and spills that way;
         # static sm_90 counts).
         z = t >> 31
-        slot = slot_n
-        b0, s0, b1, s1, b2, s2, b3, s3 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, L3, SHIFT)
-        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        # Every warp is done with the previous tile's MMAs before the chunks are rewritten.
+        u = (t - t0) & 1
+        if t + 1 < t1:
+            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+        async_copy.commit_group()  # one group a tile (empty past the share), so 1 left = this tile's
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        # This tile's records are in (every thread's copies), and every warp is done with the
+        # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        kv_smem.index(z + 0).store(_comp_chunk(b0, s0, L3))
-        kv_smem.index(z + 1).store(_comp_chunk(b1, s1, L3))
-        kv_smem.index(z + 2).store(_comp_chunk(b2, s2, L3))
-        kv_smem.index(z + 3).store(_comp_chunk(b3, s3, L3))
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 3, L3)
+        kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
+        slot = slot_n
+        slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
 # fp8_528: a chunk of 128 dims is 4 scale tiles of 32 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
 _WIN_L3 = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 4, 2], [4, 1, 1], [2, 1, 0]))
+# The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8 or 16).
+_WIN_S2 = gl.constexpr(gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0]))
+# The data rows [keys, 128 bytes] of a chunk as copied: 16 bytes a thread.
+_WIN_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
+# The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
+_WIN_ROWS = gl.constexpr([8, BLOCK_N, 128])
+_WIN_SROWS = gl.constexpr([2, BLOCK_N, 16])
 
 
 @gluon.jit
-def _win_fetch(cache_ptr, slot, page_size, page_bytes, L3: gl.constexpr, SHIFT: gl.constexpr):
-    # The raw bytes of a tile's records, chunk by chunk (128 data bytes and 4 scale
-    # bytes a key each): a slot of -1 loads zeros.
-    kl: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
-    slot = gl.convert_layout(slot, kl)
-    valid = slot >= 0
-    s = gl.where(valid, slot, 0)
-    if SHIFT >= 0:
-        # A power-of-two page size: shift and mask, not an integer division (~20 instructions
-        # of long latency a key, on the way from the slots to the loads; 0.5 us of 34.5 with one
-        # program walking all ten tiles of a token on the H200).
-        page = (s >> SHIFT).to(gl.int64)
-        off = (s & ((1 << SHIFT) - 1)).to(gl.int64)
-    else:
-        page = (s // page_size).to(gl.int64)
-        off = (s % page_size).to(gl.int64)
-    data = page * page_bytes + off * 512
-    srow = page * page_bytes + page_size * 512 + off * 16
-    t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))  # [keys, tiles]
-    t3 = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(0, L3)))  # [tiles, bytes]
-    k = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(0, L3)))
-    inner = t3[:, None] * 32 + k[None, :]
-    v3 = valid[:, None, None]
-    v2 = valid[:, None]
-    b0 = gl.load(cache_ptr + data[:, None, None] + (0 + inner)[None, :, :], mask=v3, other=0)
-    s0 = gl.load(cache_ptr + srow[:, None] + (0 + t)[None, :], mask=v2, other=0)
-    b1 = gl.load(cache_ptr + data[:, None, None] + (128 + inner)[None, :, :], mask=v3, other=0)
-    s1 = gl.load(cache_ptr + srow[:, None] + (4 + t)[None, :], mask=v2, other=0)
-    b2 = gl.load(cache_ptr + data[:, None, None] + (256 + inner)[None, :, :], mask=v3, other=0)
-    s2 = gl.load(cache_ptr + srow[:, None] + (8 + t)[None, :], mask=v2, other=0)
-    b3 = gl.load(cache_ptr + data[:, None, None] + (384 + inner)[None, :, :], mask=v3, other=0)
-    s3 = gl.load(cache_ptr + srow[:, None] + (12 + t)[None, :], mask=v2, other=0)
-    return b0, s0, b1, s1, b2, s2, b3, s3
+def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
+    # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
+    # the data by chunk (rows[4u + c]: [keys, 128 bytes]), the scale rows (16 bytes a key) into
+    # srows[u]; a slot of -1 fills zeros. The caller commits the group.
+    C2: gl.constexpr = _WIN_C2
+    data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 512, SHIFT)
+    cb = gl.arange(0, 128, layout=gl.SliceLayout(0, C2))
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0), cache_ptr + data[:, None] + (0 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1), cache_ptr + data[:, None] + (128 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2), cache_ptr + data[:, None] + (256 + cb)[None, :],
+                                           mask=valid[:, None])
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3), cache_ptr + data[:, None] + (384 + cb)[None, :],
+                                           mask=valid[:, None])
+    S2: gl.constexpr = _WIN_S2
+    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 512, gl.SliceLayout(1, S2),
+                                16, SHIFT)
+    sb = gl.arange(0, 16, layout=gl.SliceLayout(0, S2))
+    async_copy.async_copy_global_to_shared(srows.index(u), cache_ptr + srow[:, None] + sb[None, :],
+                                           mask=svalid[:, None])
+
+
+@gluon.jit
+def _win_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
+    # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
+    row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 4, 32],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+    sb = srows.index(u).slice(c * 4, 4, dim=1).load(gl.SliceLayout(2, L3))
+    return row.load(L3), sb
 
 
 @gluon.jit
@@ -273,32 +312,43 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
+def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
+        rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
         o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list. Each tile's slots are loaded a tile early, so a tile waits for
-    # one memory round trip (its records) instead of two (3.6 us a tile on the H200 with both,
-    # one program a token). Its records a tile early too measured no better: the raw bytes in
-    # flight take the registers of two more chunks, and the kernel spills (static sm_90).
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (its slots:
+    # `slot`; see _first_tile). A tile's records travel by cp.async into one of two stage buffers
+    # while the tile before it is dequantized and attended (its slots are loaded a tile before
+    # that), so a tile waits for no memory round trip of its own. Loaded into registers a tile
+    # early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
-    slot_n = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
         # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
         # the loop, not hoisted out of it and kept live (255 registers and spills that way;
         # static sm_90 counts).
         z = t >> 31
-        slot = slot_n
-        b0, s0, b1, s1, b2, s2, b3, s3 = _win_fetch(cache_ptr, slot, page_size, page_bytes, L3, SHIFT)
-        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        # Every warp is done with the previous tile's MMAs before the chunks are rewritten.
+        u = (t - t0) & 1
+        if t + 1 < t1:
+            _win_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+        async_copy.commit_group()  # one group a tile (empty past the share), so 1 left = this tile's
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        # This tile's records are in (every thread's copies), and every warp is done with the
+        # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        kv_smem.index(z + 0).store(_win_chunk(b0, s0, L3))
-        kv_smem.index(z + 1).store(_win_chunk(b1, s1, L3))
-        kv_smem.index(z + 2).store(_win_chunk(b2, s2, L3))
-        kv_smem.index(z + 3).store(_win_chunk(b3, s3, L3))
+        b, sb = _win_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 3, L3)
+        kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 1.0, s_l, o_l)
+        slot = slot_n
+        slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
 
@@ -355,6 +405,31 @@ def decode_wgmma_kernel(
     topk_row = topk_ptr + t64 * stride_kt
     widx_row = widx_ptr + t64 * stride_wt
 
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
+    # both lists is on its way before anything else: the window list's does not wait for the
+    # compressed list's last tile (one program a token walks both).
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
+    c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
+    w_rows = gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l)
+    w_srows = gl.allocate_shared_memory(gl.uint8, _WIN_SROWS, st_l)
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    c_slot = _slots(topk_row, gl.minimum(topk, c1 * BLOCK_N), c0 * BLOCK_N, kl)
+    if c0 < c1:
+        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
+    async_copy.commit_group()
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+    w_slot = _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl)
+    if w0 < w1:
+        _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
+
     # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view), each
     # 8-dim group in the order the K chunks have it (_group_order).
     qh = gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
@@ -365,10 +440,6 @@ def decode_wgmma_kernel(
         qv = gl.load(q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + (c * CHUNK + qd)[None, :],
                      mask=(qh < n_heads)[:, None], other=0.0)
         q_smem.index(c).store(_group_order(qv, CHUNK))
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
 
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
@@ -379,12 +450,12 @@ def decode_wgmma_kernel(
     fence_async_shared()
 
     # The compressed list's tiles of this program's share, then the window list's.
-    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, i0, gl.minimum(i1, n_comp), comp_page_size,
-                                          comp_page_bytes, kv_smem, q_smem, p_smem, m_i, l_r, o0, o1, o2, o3,
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, comp_page_size, comp_page_bytes,
+                                          kv_smem, q_smem, p_smem, c_rows, c_srows, m_i, l_r, o0, o1, o2, o3,
                                           scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
-    m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, gl.maximum(i0, n_comp) - n_comp,
-                                          i1 - n_comp, win_page_size, win_page_bytes, kv_smem, q_smem, p_smem,
-                                          m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, w0, w1, w_slot, win_page_size,
+                                          win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows, m_i, l_r, o0,
+                                          o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
