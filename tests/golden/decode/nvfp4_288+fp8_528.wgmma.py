@@ -221,11 +221,11 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
         rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
         o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (its slots:
-    # `slot`; see _first_tile). A tile's records travel by cp.async into one of two stage buffers
-    # while the tile before it is dequantized and attended (its slots are loaded a tile before
-    # that), so a tile waits for no memory round trip of its own. Loaded into registers a tile
-    # early instead, the records spilled the kernel (255 registers).
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
+    # kernel's start; its slots: `slot`). A tile's records travel by cp.async into one of two
+    # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
+    # tile before that), so a tile waits for no memory round trip of its own. Loaded into
+    # registers a tile early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
@@ -315,11 +315,11 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
         rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
         o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (its slots:
-    # `slot`; see _first_tile). A tile's records travel by cp.async into one of two stage buffers
-    # while the tile before it is dequantized and attended (its slots are loaded a tile before
-    # that), so a tile waits for no memory round trip of its own. Loaded into registers a tile
-    # early instead, the records spilled the kernel (255 registers).
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
+    # kernel's start; its slots: `slot`). A tile's records travel by cp.async into one of two
+    # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
+    # tile before that), so a tile waits for no memory round trip of its own. Loaded into
+    # registers a tile early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
