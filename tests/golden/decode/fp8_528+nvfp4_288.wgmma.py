@@ -213,16 +213,15 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
-        o_l: gl.constexpr, SHIFT: gl.constexpr):
+def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
+        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
+        s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
-    # kernel's start; its slots: `slot`). A tile's records travel by cp.async into one of two
+    # kernel's start; the slots of the first two: `slot`, `slot_n`). A tile's records travel by cp.async into one of two
     # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
     # tile before that), so a tile waits for no memory round trip of its own. Loaded into
     # registers a tile early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
         # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
@@ -312,16 +311,15 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
-        o_l: gl.constexpr, SHIFT: gl.constexpr):
+def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
+        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
+        s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
-    # kernel's start; its slots: `slot`). A tile's records travel by cp.async into one of two
+    # kernel's start; the slots of the first two: `slot`, `slot_n`). A tile's records travel by cp.async into one of two
     # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
     # tile before that), so a tile waits for no memory round trip of its own. Loaded into
     # registers a tile early instead, the records spilled the kernel (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
         # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
@@ -410,36 +408,49 @@ def decode_wgmma_kernel(
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
-    # both lists is on its way before anything else: the window list's does not wait for the
-    # compressed list's last tile (one program a token walks both).
+    # both lists is issued at the start: the window list's does not wait for the compressed
+    # list's last tile (one program a token walks both).
     st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
     c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
     c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
     w_rows = gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l)
     w_srows = gl.allocate_shared_memory(gl.uint8, _WIN_SROWS, st_l)
+    # Every load the first tiles wait for is issued before any of them is waited for: each list's
+    # first two tiles' slots and the query, then the first tiles' records (by their slots). One
+    # after another, the waits were three round trips: 19% of the warps' time at T=64 (H200,
+    # benchmarks/results/ncu_decode_wgmma_cpasync.md); loads first, T=1 8.57 -> 7.90 us.
     c0 = i0
     c1 = gl.minimum(i1, n_comp)
-    c_slot = _slots(topk_row, gl.minimum(topk, c1 * BLOCK_N), c0 * BLOCK_N, kl)
-    if c0 < c1:
-        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
-    async_copy.commit_group()
+    c_lim = gl.minimum(topk, c1 * BLOCK_N)
+    c_slot = _slots(topk_row, c_lim, c0 * BLOCK_N, kl)
+    c_slot_n = _slots(topk_row, c_lim, (c0 + 1) * BLOCK_N, kl)
     w0 = gl.maximum(i0, n_comp) - n_comp
     w1 = i1 - n_comp
-    w_slot = _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl)
-    if w0 < w1:
-        _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
-    async_copy.commit_group()
-
+    w_lim = gl.minimum(window, w1 * BLOCK_N)
+    w_slot = _slots(widx_row, w_lim, w0 * BLOCK_N, kl)
+    w_slot_n = _slots(widx_row, w_lim, (w0 + 1) * BLOCK_N, kl)
     # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view), each
     # 8-dim group in the order the K chunks have it (_group_order).
     qh = gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    if c0 < c1:
+        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
+    async_copy.commit_group()
+    if w0 < w1:
+        _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
-    for c in gl.static_range(4):
-        qv = gl.load(q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + (c * CHUNK + qd)[None, :],
-                     mask=(qh < n_heads)[:, None], other=0.0)
-        q_smem.index(c).store(_group_order(qv, CHUNK))
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
 
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
@@ -450,12 +461,12 @@ def decode_wgmma_kernel(
     fence_async_shared()
 
     # The compressed list's tiles of this program's share, then the window list's.
-    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, comp_page_size, comp_page_bytes,
-                                          kv_smem, q_smem, p_smem, c_rows, c_srows, m_i, l_r, o0, o1, o2, o3,
-                                          scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
-    m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, w0, w1, w_slot, win_page_size,
-                                          win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows, m_i, l_r, o0,
-                                          o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
+                                          comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, m_i, l_r, o0, o1,
+                                          o2, o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n,
+                                          win_page_size, win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows,
+                                          m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
