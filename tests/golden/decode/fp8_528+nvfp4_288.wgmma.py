@@ -161,7 +161,8 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
 # fp8_528: a chunk of 128 dims is 4 scale tiles of 32 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
 _COMP_L3 = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 4, 2], [4, 1, 1], [2, 1, 0]))
-# The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8 or 16).
+# The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8
+# or 16 bytes).
 _COMP_S2 = gl.constexpr(gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0]))
 # The data rows [keys, 128 bytes] of a chunk as copied: 16 bytes a thread.
 _COMP_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
@@ -173,18 +174,22 @@ _COMP_SROWS = gl.constexpr([2, BLOCK_N, 16])
 @gluon.jit
 def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
-    # the data by chunk (rows[4u + c]: [keys, 128 bytes]), the scale rows (16 bytes a key) into
-    # srows[u]; a slot of -1 fills zeros. The caller commits the group.
+    # the data by chunk (rows[4u + c]: [keys, 128 bytes]), the scale rows (16 bytes a key)
+    # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
     C2: gl.constexpr = _COMP_C2
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 512, SHIFT)
     cb = gl.arange(0, 128, layout=gl.SliceLayout(0, C2))
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0), cache_ptr + data[:, None] + (0 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
+                                           cache_ptr + data[:, None] + (0 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1), cache_ptr + data[:, None] + (128 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1),
+                                           cache_ptr + data[:, None] + (128 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2), cache_ptr + data[:, None] + (256 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2),
+                                           cache_ptr + data[:, None] + (256 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3), cache_ptr + data[:, None] + (384 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
+                                           cache_ptr + data[:, None] + (384 + cb)[None, :],
                                            mask=valid[:, None])
     S2: gl.constexpr = _COMP_S2
     srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 512, gl.SliceLayout(1, S2),
@@ -217,10 +222,11 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
         s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
-    # kernel's start; the slots of the first two: `slot`, `slot_n`). A tile's records travel by cp.async into one of two
-    # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
-    # tile before that), so a tile waits for no memory round trip of its own. Loaded into
-    # registers a tile early instead, the records spilled the kernel (255 registers).
+    # kernel's start; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
+    # cp.async into one of two stage buffers while the tile before it is dequantized and
+    # attended (its slots are loaded a tile before that), so a tile waits for no memory round
+    # trip of its own. Loaded into registers a tile early instead, the records spilled the kernel
+    # (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
@@ -254,7 +260,8 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
 # nvfp4_288: a chunk of 128 dims is 8 scale tiles of 8 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
 _WIN_L3 = gl.constexpr(gl.BlockedLayout([1, 2, 8], [8, 4, 1], [4, 1, 1], [2, 1, 0]))
-# The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8 or 16).
+# The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8
+# or 16 bytes).
 _WIN_S2 = gl.constexpr(gl.BlockedLayout([1, 16], [16, 2], [4, 1], [1, 0]))
 # The data rows [keys, 64 bytes] of a chunk as copied: 16 bytes a thread.
 _WIN_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
@@ -266,18 +273,22 @@ _WIN_SROWS = gl.constexpr([2, BLOCK_N, 32])
 @gluon.jit
 def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
-    # the data by chunk (rows[4u + c]: [keys, 64 bytes]), the scale rows (32 bytes a key) into
-    # srows[u]; a slot of -1 fills zeros. The caller commits the group.
+    # the data by chunk (rows[4u + c]: [keys, 64 bytes]), the scale rows (32 bytes a key)
+    # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
     C2: gl.constexpr = _WIN_C2
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 256, SHIFT)
     cb = gl.arange(0, 64, layout=gl.SliceLayout(0, C2))
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0), cache_ptr + data[:, None] + (0 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
+                                           cache_ptr + data[:, None] + (0 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1), cache_ptr + data[:, None] + (64 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1),
+                                           cache_ptr + data[:, None] + (64 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2), cache_ptr + data[:, None] + (128 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2),
+                                           cache_ptr + data[:, None] + (128 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3), cache_ptr + data[:, None] + (192 + cb)[None, :],
+    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
+                                           cache_ptr + data[:, None] + (192 + cb)[None, :],
                                            mask=valid[:, None])
     S2: gl.constexpr = _WIN_S2
     srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 256, gl.SliceLayout(1, S2),
@@ -315,10 +326,11 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
         s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
-    # kernel's start; the slots of the first two: `slot`, `slot_n`). A tile's records travel by cp.async into one of two
-    # stage buffers while the tile before it is dequantized and attended (its slots are loaded a
-    # tile before that), so a tile waits for no memory round trip of its own. Loaded into
-    # registers a tile early instead, the records spilled the kernel (255 registers).
+    # kernel's start; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
+    # cp.async into one of two stage buffers while the tile before it is dequantized and
+    # attended (its slots are loaded a tile before that), so a tile waits for no memory round
+    # trip of its own. Loaded into registers a tile early instead, the records spilled the kernel
+    # (255 registers).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
