@@ -37,6 +37,8 @@ CLASSES = {  # SASS opcode prefix -> class reported
 }
 
 
+# Longest prefix first: LDGSTS (cp.async) is not an LDG.
+_BY_LENGTH = sorted(CLASSES.items(), key=lambda kv: -len(kv[0]))
 LOOP_TOP = 8  # the most frequent instructions of the main loop, with --loop
 
 
@@ -67,7 +69,7 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
     ops: collections.Counter = collections.Counter()
     sass = sass_ops(k.asm["cubin"])
     for op in sass:
-        for prefix, cls in CLASSES.items():
+        for prefix, cls in _BY_LENGTH:
             if op.opcode.startswith(prefix):
                 ops[cls] += 1
                 break

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -547,6 +549,30 @@ def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
     inp = _inputs("nvfp4_288", "fp8_528", device, sink=True)
     with pytest.raises(ValueError, match="wgmma"):
         run_decode("nvfp4_288", "fp8_528", _wgmma("nvfp4_288", "fp8_528"), inp)
+
+
+# The most shared memory a block may opt into on sm_90 (227 KB; cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SM90_SHARED_MAX = 232448
+
+
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tuple[str, str]) -> None:
+    # Compiled on the CPU for sm_90 (benchmarks/static_profile.py, in a process without
+    # TRITON_INTERPRET): a launch needs its shared memory within the opt-in limit (the stage
+    # buffers of two tiles a list take most of it; fp8_528 + fp8_528 is the largest pair), the
+    # records travel by cp.async (LDGSTS), and the registers hold without spilling, as the H200
+    # timings in benchmarks/results/decode_cp_async.md assume.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
+    cols, row = [c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]
+    got = dict(zip(cols, row))
+    assert got["config"] == "MMA=wgmma", out
+    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
+    assert 0 < int(got["shared_bytes"]) <= SM90_SHARED_MAX, out
+    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
 
 
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
