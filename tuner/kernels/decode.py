@@ -414,7 +414,9 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     shares (fewer where shares would be empty); AUTO for about one program an SM: on the H200
     (2026-11-30, benchmarks/results/decode_wgmma.md, decode.md) two programs an SM did not finish a
     token sooner (T=64: 2 x 5 tiles 22.5 us, 4 x 3 tiles 24.2 with the records in L2; 26.2 and
-    26.8 from DRAM), and T=1 to 8 were fastest at one tile a program (10 programs a token)."""
+    26.8 from DRAM), and T=1 to 8 were fastest at one tile a program (10 programs a token). Since
+    the records are staged in shared memory (184 KiB a program, benchmarks/results/decode_cp_async.md)
+    one program an SM is also all that fits."""
     tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
     s = int(cfg["NUM_SPLITS"])
     if s == AUTO:
