@@ -13,7 +13,7 @@ from db.session import Database
 from api import errors
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
 from api.routes import configs, dashboard, health, jobs, tune
-from api.settings import Settings
+from catalog.settings import Settings
 
 
 def create_app(settings: Settings | None = None, *, db: Database | None = None) -> FastAPI:

@@ -95,17 +95,6 @@ class KvtuneClient:
             self._check(r)
         return r.text
 
-    def warm(self, bundle: dict[str, Any]) -> Any:
-        """Compile every warmup key of a bundle on this process's GPU before serving: the sources
-        come from `GET /v1/kernels/{hash}`, the compiles from `tuner.warmup.warm`. Returns its
-        `WarmReport`; `bundle["warmup"]["missing"]` lists the buckets that had no stored keys."""
-        from tuner.warmup import WarmupKey, warm
-
-        wk = bundle.get("warmup") or {}
-        keys = [WarmupKey.from_json(k) for k in wk.get("keys", [])]
-        sources = {h: self.kernel_source(h) for h in wk.get("sources", [])}
-        return warm(keys, sources)
-
     # -- engineers ---------------------------------------------------------------------------------
     def submit_tune(self, **body: Any) -> dict[str, Any]:
         # A POST is retried only on failures where the server cannot have queued anything twice:

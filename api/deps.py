@@ -6,7 +6,7 @@ from fastapi import Request
 
 from db.session import Database
 
-from api.settings import Settings
+from catalog.settings import Settings
 
 
 def get_db(request: Request) -> Database:

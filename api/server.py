@@ -5,7 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from api.app import create_app
-from api.settings import Settings
+from catalog.settings import Settings
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = None, log_level: str = "info") -> None:

@@ -27,13 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
-from tuner.core import Config  # noqa: E402
+from catalog.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
-from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
-from tuner.kernels.decode import (  # noqa: E402
-    FAMILY, ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode, decode_bytes, default_config, resolve_splits,
-    max_partials, verify_decode, wgmma_config, wgmma_legality, wgmma_reads, workspace_numel,
-)
+from catalog.codecs import e2m1_backend_legality  # noqa: E402
+from catalog.families.decode import ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode_bytes, default_config, wgmma_config, wgmma_legality, wgmma_reads
+from tuner.kernels.decode import FAMILY, decode, resolve_splits, max_partials, verify_decode, workspace_numel
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
 
@@ -194,8 +192,8 @@ def _precompile(shape: Shape, structs: list[tuple], base_structs: list[tuple], t
     on-disk cache (the record_table helper): compiling one at a time is most of this benchmark's
     device time otherwise."""
     from benchmarks.record_table import precompile
-    from tuner.core import Bucket
-    from tuner.keys import make_key
+    from catalog.core import Bucket
+    from catalog.keys import make_key
 
     dev = torch.device("cuda")
     for pair in tuple(ISSUE_PAIRS) + (BASE,):

@@ -25,11 +25,9 @@ if "--smoke" in sys.argv and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
-from tuner.core import Bucket, Config  # noqa: E402
-from tuner.kernels.logits import (  # noqa: E402
-    LOGITS_FORMATS, default_config, dot_config, legality, logits, logits_bytes, logits_flops, logits_key, make_inputs, space,
-    variant_of, verify_inputs,
-)
+from catalog.core import Bucket, Config  # noqa: E402
+from catalog.families.logits import LOGITS_FORMATS, default_config, dot_config, legality, logits_bytes, logits_flops, logits_key, space, variant_of
+from tuner.kernels.logits import logits, make_inputs, verify_inputs
 from tuner.targets import detect  # noqa: E402
 
 NOMINAL_H200_BW = 4.27e12  # the measured copy bandwidth, used only where none can be measured

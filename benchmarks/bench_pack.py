@@ -17,10 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
-from tuner.core import Config  # noqa: E402
+from catalog.core import Config  # noqa: E402
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots  # noqa: E402
-from tuner.kernels.base import e2m1_backend_legality  # noqa: E402
-from tuner.kernels.pack import default_config, pack, pack_bytes, space  # noqa: E402
+from catalog.codecs import e2m1_backend_legality  # noqa: E402
+from catalog.families.pack import default_config, pack_bytes, space  # noqa: E402
+from tuner.kernels.pack import pack  # noqa: E402
 from tuner.targets import detect  # noqa: E402
 
 

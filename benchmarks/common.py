@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 import triton
 
-from tuner.core import Config
+from catalog.core import Config
 
 
 def provenance() -> dict[str, Any]:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import triton  # noqa: E402
 
 import tuner.kernels.decode as D  # noqa: E402
-from tuner import render as R  # noqa: E402
+from templates import render as R  # noqa: E402
 
 PAIR = ("nvfp4_288", "fp8_528")
 # The reads of both record readers, on the plain path and on PREFETCH's (whose fetches, left

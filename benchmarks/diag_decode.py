@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from tuner.kernels.decode import default_config, make_decode_inputs, run_decode  # noqa: E402
+from catalog.families.decode import default_config  # noqa: E402
+from tuner.kernels.decode import make_decode_inputs, run_decode  # noqa: E402
 from tuner.reference import decode_reference  # noqa: E402
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tuner.kernels.logits as L  # noqa: E402
-from tuner import render as R  # noqa: E402
-from tuner.core import Bucket  # noqa: E402
+from templates import render as R  # noqa: E402
+from catalog.core import Bucket  # noqa: E402
 
 VARIANTS = ("full", "no_decode", "no_dot", "loads_only")
 HEADS_CALL = re.compile(r"^(\s*)acc = _heads\(.*\)$", re.M)

@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.bench import BenchRunner, Candidate, load_table, new_table, save_table, table_put  # noqa: E402
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus  # noqa: E402
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus  # noqa: E402
 from tuner.kernels import get_family  # noqa: E402
-from tuner.keys import make_key, parse_buckets  # noqa: E402
+from catalog.keys import make_key, parse_buckets  # noqa: E402
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
 
@@ -174,7 +174,7 @@ def _precompile_share(kernel: str, key_json: dict, share: list[tuple[dict, dict]
     to classify later; a sticky CUDA error ends this worker's share."""
     import torch
 
-    from tuner.core import ProblemKey
+    from catalog.core import ProblemKey
 
     fam = get_family(kernel)
     key = ProblemKey.from_json(key_json)

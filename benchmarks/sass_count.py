@@ -22,9 +22,9 @@ import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from benchmarks.common import sass_opcodes  # noqa: E402
-from tuner import render as R  # noqa: E402
+from templates import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
-from tuner.kernels.pack import render_variant  # noqa: E402
+from catalog.families.pack import render_variant  # noqa: E402
 from tuner.targets import get_target  # noqa: E402
 
 SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16", "n_tokens": "i32",

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import optuna  # noqa: E402
 
 from tuner.bench import SimulatedRunner, load_table, synthetic_table, table_space  # noqa: E402
-from tuner.core import Bucket, ProblemKey, TrialStatus  # noqa: E402
-from tuner.kernels.base import Space  # noqa: E402
-from tuner.results import TrialRecord  # noqa: E402
+from catalog.core import Bucket, ProblemKey, TrialStatus  # noqa: E402
+from catalog.space import Space  # noqa: E402
+from catalog.results import TrialRecord  # noqa: E402
 from tuner.search import SEARCHES, tune  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -59,7 +59,7 @@ def trials_to_target(table: dict[str, Any], space: Space, bucket: Bucket, search
 
 def _tables(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     if args.synthetic:
-        from tuner.keys import make_key
+        from catalog.keys import make_key
         from tuner.kernels import get_family
 
         out = []

@@ -22,10 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from tuner.core import Bucket, Config, ProblemKey  # noqa: E402
+from catalog.core import Bucket, Config, ProblemKey  # noqa: E402
 from tuner.formats import alloc_cache, page_bytes  # noqa: E402
 from tuner.kernels import get_family  # noqa: E402
-from tuner.kernels.base import modules  # noqa: E402
 from tuner.targets import detect  # noqa: E402
 
 POOL_BYTES = 3 << 30  # over 2 GiB, as a real KV pool
@@ -34,7 +33,7 @@ PAGE = 64
 
 def plan(target: str) -> list[dict[str, Any]]:
     """The bundle: per kernel, its key and a config per bucket (the family defaults)."""
-    from tuner.keys import make_key
+    from catalog.keys import make_key
 
     out = []
     for kernel, formats in (("pack", ("nvfp4_288",)), ("decode", ("nvfp4_288", "fp8_528"))):
@@ -53,7 +52,7 @@ def make_keys(target: str) -> tuple[list[dict], dict[str, str], float]:
     for item in plan(target):
         fam = get_family(item["kernel"])
         for bucket, cfg in item["buckets"]:
-            sources.update({r.source_hash: r.source for r in modules(fam, item["key"], cfg)})
+            sources.update({r.source_hash: r.source for r in fam.modules(item["key"], cfg)})
             # Recorded on the device itself: launchers size some launch arguments from it (decode's
             # automatic split count follows the SM count), so keys belong to a device model.
             keys += [k.to_json() for k in keys_for(item["kernel"], item["key"], cfg, bucket, target, device="cuda")]

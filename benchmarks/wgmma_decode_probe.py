@@ -7,10 +7,9 @@ import sys
 import torch
 
 from benchmarks.common import provenance, time_us
-from tuner.core import Config
-from tuner.kernels.decode import (
-    AUTO, default_config, make_decode_inputs, run_decode, verify_decode, wgmma_config, wgmma_plan,
-)
+from catalog.core import Config
+from catalog.families.decode import AUTO, default_config, wgmma_config
+from tuner.kernels.decode import make_decode_inputs, run_decode, verify_decode, wgmma_plan
 
 PAIRS = (("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528"))
 TRITON_BEST = {  # decode.md's best configs (2026-11-29)

@@ -12,7 +12,7 @@ import sys
 import torch
 
 from benchmarks.common import provenance, time_us
-from tuner import render as R
+from templates import render as R
 from tuner.kernels import decode as dec
 
 PAIR = ("nvfp4_288", "fp8_528")

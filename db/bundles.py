@@ -16,16 +16,10 @@ from db import warmup as db_warmup
 from db.configs import active_configs, record_miss, store_sources
 from db.models import KernelConfig
 from db.session import Database
-from tuner.core import Bucket, ProblemKey
+from catalog.core import Bucket, ProblemKey
+from catalog.families import family_names, get_spec
+from catalog.keys import make_key
 
-
-
-def make_key(kernel: str, arch: str, heads: int, topk: int, window: int, formats: Sequence[str] | None) -> ProblemKey:
-    """The one key constructor (tuner.keys): every kernel's normalisation (pack has no heads, its
-    key is its record format) lives there, so the API, the worker and the bundle agree on slugs."""
-    from tuner.keys import make_key as _make_key
-
-    return _make_key(kernel, arch, heads, topk, window, tuple(formats) if formats else None)
 
 
 def _overlaps(a: Bucket, b: Bucket) -> bool:
@@ -62,14 +56,11 @@ def build_bundle(
     db: Database, *, arch: str, heads: int, topk: int, window: int, formats: Sequence[str] | None = None,
     kernels: Sequence[str] | None = None, record_misses: bool = True,
 ) -> dict[str, Any]:
-    from tuner.kernels import family_names, get_family
-    from tuner.kernels.base import modules
-
     plans: list[tuple[str, ProblemKey, Any]] = []
     skipped: dict[str, str] = {}
     for name in kernels or family_names():
         try:
-            family = get_family(name)
+            family = get_spec(name)
             key = make_key(name, arch, heads, topk, window, formats)
         except (ImportError, ValueError) as e:  # a family not in this build, or formats it cannot take
             skipped[name] = str(e)
@@ -87,7 +78,7 @@ def build_bundle(
             default_cfg = family.default_config(key)
             defaults = [b for b in family.buckets(key) if not any(_overlaps(b, t) for t in tuned_buckets)]
             if defaults:
-                rs = modules(family, key, default_cfg)
+                rs = family.modules(key, default_cfg)
                 rendered = rs[0]
                 # The default's sources must be fetchable by hash like any tuned one's.
                 store_sources(s, [(r.source_hash, r.template, r.source) for r in rs])

@@ -18,8 +18,8 @@ from db.clock import utcnow
 from db.errors import NotFound
 from db.models import KernelConfig, KernelSource, LookupMiss
 from db.session import Database
-from tuner.core import ProblemKey
-from tuner.results import TuneResult
+from catalog.core import ProblemKey
+from catalog.results import TuneResult
 
 
 def _insert(s: Session, table: Any) -> Any:

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from db.errors import NotFound
 from db.models import Job, KernelConfig, LookupMiss, TrialResult
 from db.session import Database
-from tuner.core import Bucket, ProblemKey
+from catalog.core import Bucket, ProblemKey
+from catalog.families import family_names, get_spec
 
 # Measured device-to-device copy bandwidth per arch, in bytes/s: the denominator of the roofline
 # floor (bytes_moved / bandwidth). Only what we measured ourselves is listed; an arch not here (and
@@ -43,11 +44,9 @@ def _bytes_moved(key: ProblemKey, bucket: Bucket) -> int | None:
     """The family's bytes model, or None when it has none or cannot size this key (a key written by
     an older build, an unknown format): the page then shows "-" instead of failing."""
     try:
-        from tuner.kernels import family_names, get_family
-
         if key.kernel not in family_names():
             return None
-        n = get_family(key.kernel).bytes_moved(key, bucket)
+        n = get_spec(key.kernel).bytes_moved(key, bucket)
         return int(n) if n and n > 0 else None
     except Exception:  # noqa: BLE001 - a bytes model that cannot size a stored key is "unknown", not a 500
         return None

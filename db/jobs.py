@@ -12,7 +12,7 @@ from db.clock import utcnow
 from db.errors import Conflict, NotFound
 from db.models import ACTIVE_STATUSES, Job, JobStatus, TrialResult
 from db.session import Database
-from tuner.core import Bucket, ProblemKey
+from catalog.core import Bucket, ProblemKey
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ class KernelConfig(Base):
 
 
 class KernelSource(Base):
-    """Generated Triton modules by content hash (tuner.render.source_hash), served to engines."""
+    """Generated Triton modules by content hash (templates.render.source_hash), served to engines."""
 
     __tablename__ = "kernel_sources"
 

@@ -47,8 +47,8 @@ from db.clock import UTCDateTime, db_after, db_now, utcnow
 from db.errors import Conflict, LeaseLost
 from db.models import LIVE_PARTICIPANT, Job, JobParticipant, JobStatus, ParticipantStatus, TrialResult
 from db.session import Database
-from tuner.core import Bucket, ProblemKey
-from tuner.results import TrialRecord
+from catalog.core import Bucket, ProblemKey
+from catalog.results import TrialRecord
 
 log = logging.getLogger(__name__)
 

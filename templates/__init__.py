@@ -1,1 +1,1 @@
-"""Jinja templates of kvtune's Triton kernels (data files; rendered by `tuner.render`)."""
+"""Jinja templates of kvtune's Triton kernels (data files; rendered by `templates.render`)."""

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Mapping, Protocol
 
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 
 if TYPE_CHECKING:
-    from tuner.kernels.base import Space
+    from catalog.space import Space
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ERROR_LIMIT = 2000  # characters of error text kept per trial
@@ -458,7 +458,7 @@ def table_put(table: dict[str, Any], bucket: Bucket, config: Config, m: Measurem
 
 
 def save_table(table: Mapping[str, Any], path: str | Path) -> None:
-    from tuner.render import write_atomic
+    from templates.render import write_atomic
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -482,7 +482,6 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
     import random
 
     from tuner.kernels import get_family
-    from tuner.kernels.base import config_legality
 
     fam = get_family(family)
     space = fam.space(key)
@@ -491,7 +490,7 @@ def synthetic_table(family: str, key: ProblemKey, buckets: list[Bucket], *, seed
     pairs = [(a.name, b.name) for a, b in zip(space.params, space.params[1:])]
     table = new_table(key, family, key.arch, {"device_name": "synthetic", "timing": "synthetic"}, synthetic=True,
                       space=space.to_json())
-    configs = [c for c in space.grid() if config_legality(fam, c, key.arch) is None]
+    configs = [c for c in space.grid() if fam.config_legality(c, key.arch) is None]
     for b in buckets:
         brng = random.Random(f"{seed}/{b.name()}")
         bfac = {k: v * brng.lognormvariate(0, 0.15) for k, v in factor.items()}
@@ -519,7 +518,7 @@ def table_space(table: Mapping[str, Any]) -> "Space":
     feasible exactly where the table has an entry (the recorder measured every feasible, legal
     config of that grid). Searching it in simulation prunes what the real space would prune,
     without the family's current code, which may have grown parameters since."""
-    from tuner.kernels.base import Param, Space
+    from catalog.space import Param, Space
 
     params = tuple(Param(p["name"], tuple(p["choices"]), p["default"], bool(p.get("render")))
                    for p in table["meta"]["space"])
@@ -680,7 +679,7 @@ class _Child:
         import traceback
 
         from tuner.kernels import get_family
-        from tuner.kernels.base import config_legality, measured_hash, modules
+        from catalog.families.base import measured_hash
 
         t0 = time.monotonic()
         c = Candidate.from_json(req["candidate"])
@@ -697,12 +696,12 @@ class _Child:
             return f"{type(e).__name__}: {e}\n" + "".join(tb[-3:])
 
         fam = get_family(c.family)
-        why = config_legality(fam, c.config, self.target.name)
+        why = fam.config_legality(c.config, self.target.name)
         if why:
             return fail(TrialStatus.ILLEGAL_ON_ARCH, why)
         self.phase("render")
         try:
-            rs = modules(fam, c.key, c.config)  # the config's own module first
+            rs = fam.modules(c.key, c.config)  # the config's own module first
             rendered = rs[0]
             out["source_hash"] = measured_hash(rs)
         except Exception as e:
@@ -854,7 +853,7 @@ class _Child:
         try:
             from triton.runtime.jit import JITFunction
 
-            from tuner.render import load
+            from templates.render import load
 
             regs, spills, shared = [], [], []
             for obj in vars(load(rendered)).values():

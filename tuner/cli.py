@@ -56,7 +56,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    from api.settings import Settings
+    from catalog.settings import Settings
     from db import migrate
     from db.session import Database
 
@@ -73,8 +73,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     from tuner.bench import BenchRunner
     from tuner.kernels import get_family
-    from tuner.keys import make_key, parse_buckets
-    from tuner.results import format_tune_table
+    from catalog.keys import make_key, parse_buckets
+    from catalog.results import format_tune_table
     from tuner.search import tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says it, once
@@ -104,7 +104,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.out:
         from pathlib import Path
 
-        from tuner.render import write_atomic
+        from templates.render import write_atomic
 
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(Path(args.out), json.dumps(result.to_json(), indent=1) + "\n")

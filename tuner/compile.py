@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from tuner.kernels.base import XCompileCase, config_legality
+from tuner.kernels.base import XCompileCase
 
 COMPILE_TIMEOUT_S = 180.0
 
@@ -175,14 +175,14 @@ class CandidateCompile:
 
 
 def candidate_case(family: Any, key: Any, config: Any) -> tuple[XCompileCase | None, bool]:
-    """The compile case of one config: the family's own `compile_case(key, config)` when it has one
-    (optional protocol method; exact), else one derived from its `xcompile_cases()` (not exact): the
+    """The compile case of one config: the family's own `compile_case(key, config)` where it builds
+    one (exact), else one derived from its `xcompile_cases()` (not exact): the
     case of the same variant rendered for the key's formats, with every tunable parameter of the
     config mapped onto a constexpr of the same name. A config with a parameter that is not a
     constexpr (e.g. a host-side choice like decode's NUM_SPLITS) cannot be derived: (None, False)."""
-    make = getattr(family, "compile_case", None)
-    if make is not None:
-        return make(key, config), True
+    exact = family.compile_case(key, config)
+    if exact is not None:
+        return exact, True
     variant = family.variant_of(config)
     details = set(key.formats) | {"+".join(key.formats)}
     cases = [c for c in family.xcompile_cases() if c.variant == variant and c.detail in details]
@@ -219,7 +219,7 @@ def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeou
     if target == "interp":
         return CandidateCompile(status="nothing_to_compile")
     fam = get_family(family)
-    illegal = config_legality(fam, config, target)
+    illegal = fam.config_legality(config, target)
     if illegal:
         # Never hand a wrong-vendor variant to a compiler: it can abort the process.
         return CandidateCompile(status="illegal_on_arch", error=illegal)
@@ -301,7 +301,7 @@ def compile_request(req: dict[str, Any]) -> Any:
     kernel (its `asm` holds ptx/cubin or amdgcn). The process must not be under TRITON_INTERPRET."""
     import triton
 
-    from tuner import render as R
+    from templates import render as R
     from tuner.targets import get_target
 
     target = get_target(req["target"])

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import optuna
 from optuna.trial import TrialState
 
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.families.base import measured_hash
+from catalog.results import BucketResult, TrialRecord, TuneResult
+from catalog.space import Space
 from tuner.kernels import get_family
-from tuner.kernels.base import (
-    KernelFamily, Space, canonical_config, config_legality, measured_hash, modules, seed_configs,
-)
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from tuner.kernels.base import KernelFamily
 
 if TYPE_CHECKING:
     from tuner.bench import BenchRunner, Runner
@@ -84,14 +84,14 @@ def _grid_order(space: Space, default: Config) -> Iterator[Config]:
 def _count_runnable(space: Space, fam: KernelFamily, target: str) -> int | None:
     if math.prod(len(p.choices) for p in space.params) > _EXHAUST_LIMIT:
         return None
-    return sum(1 for c in space.grid() if config_legality(fam, c, target) is None)
+    return sum(1 for c in space.grid() if fam.config_legality(c, target) is None)
 
 
 def _why_pruned(space: Space, fam: KernelFamily, target: str, config: Config) -> str | None:
     why = space.infeasible(config)
     if why:
         return f"infeasible: {why}"
-    illegal = config_legality(fam, config, target)
+    illegal = fam.config_legality(config, target)
     return f"illegal on {target}: {illegal}" if illegal else None
 
 
@@ -119,7 +119,7 @@ class _Current:
         k = config.to_json()
         if k not in self._hash:
             try:
-                self._hash[k] = measured_hash(modules(self.fam, self.key, config))
+                self._hash[k] = measured_hash(self.fam.modules(self.key, config))
             except Exception:  # a config that does not render has no current source
                 self._hash[k] = None
         return self._hash[k]
@@ -162,8 +162,8 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     if grid is None:
         # The family's known-good configs for this target next (a few trials may never draw
         # them), where this space holds them and they are neither measured nor waiting already.
-        for cfg in seed_configs(fam, key, target):
-            cfg = canonical_config(fam, key, cfg)
+        for cfg in fam.seed_configs(key, target):
+            cfg = fam.canonical_config(key, cfg)
             if cfg == default or cfg.to_json() in seen or cfg in waiting or _why_pruned(space, fam, target, cfg):
                 continue
             study.enqueue_trial(cfg.as_dict(), user_attrs={"kvtune_seed": True})
@@ -189,7 +189,7 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
         samples += 1
         config = Config.from_dict({p.name: trial.suggest_categorical(p.name, list(p.choices)) for p in space.params})
         assert set(config.as_dict()) == set(names)
-        config = canonical_config(fam, key, config)  # Optuna keeps the sample; the config is what runs
+        config = fam.canonical_config(key, config)  # Optuna keeps the sample; the config is what runs
         is_default = config == default
         why = None if is_default else _why_pruned(space, fam, target, config)  # the default always runs
         if why:

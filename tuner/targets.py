@@ -1,55 +1,11 @@
-"""Compilation targets: the four GPU architectures kvtune builds for, plus Triton's interpreter.
-
-A `Target` knows its Triton `GPUTarget`, so any variant can be cross-compiled for any architecture
-on a machine without a GPU; `detect()` names the local one (ROCm's `gcnArchName` included).
-"""
+"""The local device's target: `detect()` names it (ROCm's `gcnArchName` included), `resolve()` reads
+`auto`. The targets themselves are data in `catalog.targets`."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Literal
 
-Backend = Literal["cuda", "hip", "interp"]
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    backend: Backend
-    arch: int | str | None  # compute capability for cuda, gfx name for hip
-    warp_size: int
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.backend != "interp"
-
-    def gpu_target(self):  # -> triton.backends.compiler.GPUTarget
-        if not self.is_gpu:
-            raise ValueError("the interpreter has no GPUTarget: it runs Triton's Python semantics on the CPU")
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget(self.backend, self.arch, self.warp_size)
-
-
-TARGETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target("sm_90", "cuda", 90, 32),
-        Target("sm_100", "cuda", 100, 32),
-        Target("gfx942", "hip", "gfx942", 64),
-        Target("gfx950", "hip", "gfx950", 64),
-        Target("interp", "interp", None, 1),
-    )
-}
-GPU_TARGETS: tuple[str, ...] = ("sm_90", "sm_100", "gfx942", "gfx950")
-
-
-def get_target(name: str) -> Target:
-    try:
-        return TARGETS[name]
-    except KeyError:
-        raise ValueError(f"unknown target {name!r}; known: {sorted(TARGETS)}") from None
+from catalog.targets import GPU_TARGETS, TARGETS, Target, get_target  # noqa: F401  (re-exported)
 
 
 def interpreting() -> bool:

@@ -32,8 +32,8 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tuner import render as R
-from tuner.core import Bucket, Config, ProblemKey
+from templates import render as R
+from catalog.core import Bucket, Config, ProblemKey
 
 LARGE_STORAGE = 3 << 30  # a stand-in KV pool: past 2**31-1 bytes, where AMD drops the 'S' flag
 SMALL_STORAGE = 1 << 12
@@ -321,13 +321,12 @@ def keys_for(
 
     fam = get_family(family_name)
     backend = backend_class(target)
-    pools = tuple(getattr(fam, "pool_args", lambda: ())())
+    pools = fam.pool_args()
     rendered = fam.render(key, config)
     out: dict[tuple, WarmupKey] = {}
-    build = getattr(fam, "probe_inputs", fam.make_inputs)
-    contexts = [bucket.ctx] if make_inputs else list(getattr(fam, "probe_contexts", lambda b: [b.ctx])(bucket))
+    contexts = [bucket.ctx] if make_inputs else fam.probe_contexts(bucket)
     for ctx, n in ((c, n) for c in contexts for n in sizes_to_probe(bucket)):
-        inputs = make_inputs(n) if make_inputs else build(key, Bucket(bucket.dim, n, n, ctx), device, seed=n)
+        inputs = make_inputs(n) if make_inputs else fam.probe_inputs(key, Bucket(bucket.dim, n, n, ctx), device, seed=n)
         with record_launches() as launches:
             fam.run(key, config, inputs)
         if not launches:
@@ -344,7 +343,7 @@ def keys_for(
 
 
 def _source_hash_of(fn: Any, rendered: R.Rendered) -> str:
-    """The content hash of the generated module a launched kernel lives in: tuner.render names each
+    """The content hash of the generated module a launched kernel lives in: templates.render names each
     module `kvtune_<template>_<hash>` (a launcher may call kernels of a module other than the
     family's render of this config; then the name says which)."""
     mod_name = getattr(getattr(fn, "fn", None), "__module__", "")

@@ -39,8 +39,8 @@ from db import queue
 from db.errors import DomainError, LeaseLost
 from db.queue import Lease
 from db.session import Database
-from tuner.core import Bucket, Config
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from catalog.core import Bucket, Config
+from catalog.results import BucketResult, TrialRecord, TuneResult
 
 log = logging.getLogger("kvtune.worker")
 
@@ -399,14 +399,13 @@ class Worker:
             failed = {k: v for br in result.buckets for k, v in br.failed_by_status().items()}
             queue.fail(self.db, lease, f"no verified config in any bucket (failed trials by status: {failed})")
             return
-        from tuner.kernels.base import modules
 
         hashes: dict[str, str] = {}
         sources: dict[str, tuple[str, str, str]] = {}
         try:
             for br in winners:
                 assert br.best is not None
-                rs = modules(family, lease.key, br.best.config)  # the config's own module first
+                rs = family.modules(lease.key, br.best.config)  # the config's own module first
                 hashes[br.bucket.name()] = rs[0].source_hash
                 for r in rs:
                     sources[r.source_hash] = (r.source_hash, r.template, r.source)
@@ -438,7 +437,7 @@ def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, bu
     with another template source or on another clock is stale and left out, as the tuner does), plus
     every trial recorded in this attempt's fenced rows (a tuner stand-in keeps no study). Winners
     are the fastest verified trials; the default is the default config's trial."""
-    from tuner.kernels.base import measured_hash, modules
+    from catalog.families.base import measured_hash
     from tuner.search import RECORD_ATTR, study_name
 
     rendered: dict[str, str | None] = {}
@@ -448,7 +447,7 @@ def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, bu
             k = rec.config.to_json()
             if k not in rendered:
                 try:
-                    rendered[k] = measured_hash(modules(family, lease.key, rec.config))
+                    rendered[k] = measured_hash(family.modules(lease.key, rec.config))
                 except Exception:  # noqa: BLE001 - a config that no longer renders has no current source
                     rendered[k] = None
             if rendered[k] != rec.source_hash:
@@ -521,7 +520,7 @@ def main(*, gpu: int | None = None, arch: str | None = None, once: bool = False,
     and are validated the same way)."""
     from pydantic import ValidationError
 
-    from api.settings import Settings
+    from catalog.settings import Settings
 
     logging.basicConfig(level=os.environ.get("KVTUNE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -14,7 +14,7 @@ from db.bundles import build_bundle
 from db.session import Database
 
 from api.deps import get_db, get_settings
-from api.settings import Settings
+from catalog.settings import Settings
 from api.validation import check_arch, check_formats, check_shape
 
 router = APIRouter(prefix="/v1", tags=["configs"])

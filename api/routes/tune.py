@@ -13,7 +13,7 @@ from db.session import Database
 
 from api.deps import get_db, get_settings
 from api.schemas import TuneRequest
-from api.settings import Settings
+from catalog.settings import Settings
 from api.validation import tune_spec
 
 router = APIRouter(prefix="/v1", tags=["tune"])

@@ -12,12 +12,12 @@ from sqlalchemy import func, select
 
 from api.app import create_app
 from api.client import ClientError, KvtuneClient
-from api.settings import Settings
+from catalog.settings import Settings
 from db import queue
 from db.models import Job, LookupMiss
 from db.session import Database
 from tests.service.procs import ThreadServer
-from tuner.keys import make_key
+from catalog.keys import make_key
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

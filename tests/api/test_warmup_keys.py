@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.settings import Settings
+from catalog.settings import Settings
 from db import configs, jobs, queue
 from tests.service.procs import ThreadServer
-from tuner.core import Bucket, TrialStatus
+from catalog.core import Bucket, TrialStatus
 from tuner.kernels import get_family
-from tuner.keys import make_key
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from catalog.keys import make_key
+from catalog.results import BucketResult, TrialRecord, TuneResult
 from tuner.warmup import WarmupKey, keys_for
 
 TOKEN = "tok"

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from db import configs, jobs
 from db.session import Database
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
-from tuner.keys import make_key
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.keys import make_key
+from catalog.results import BucketResult, TrialRecord, TuneResult
 
 ARCHS = ("sm_90", "sm_100", "gfx950")
 DEFAULT_CFG = Config.of(BLOCK=32, num_warps=4, num_stages=1)

@@ -181,7 +181,7 @@ def test_chromium_draws_fifty_keys_across_three_archs_and_an_empty_database(brow
     """The same page in Chromium at both ends of the range: one bar chart per kernel with one bar per
     bucket over 50 keys on 3 archs, and an empty database that draws no chart and throws nothing."""
     from api.app import create_app
-    from api.settings import Settings
+    from catalog.settings import Settings
     from tests.dashboard import seed
     from tests.service.procs import ThreadServer
 

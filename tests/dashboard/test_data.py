@@ -9,10 +9,10 @@ from api.schemas import TuneRequest
 from db import dashboard, migrate, queue
 from db.session import Database
 from tests.dashboard import seed
-from tuner.core import Bucket, TrialStatus
-from tuner.kernels.pack import pack_bytes
-from tuner.keys import make_key
-from tuner.results import TrialRecord
+from catalog.core import Bucket, TrialStatus
+from catalog.families.pack import pack_bytes
+from catalog.keys import make_key
+from catalog.results import TrialRecord
 
 
 def test_versions_and_newest() -> None:

@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.settings import Settings
+from catalog.settings import Settings
 from db.session import Database
 from tests.dashboard import seed
 from tests.dashboard.dom import Node, parse
 from tests.service.procs import ThreadServer
-from tuner.core import Bucket, ProblemKey, TrialStatus
-from tuner.kernels.pack import pack_bytes
-from tuner.keys import make_key
+from catalog.core import Bucket, ProblemKey, TrialStatus
+from catalog.families.pack import pack_bytes
+from catalog.keys import make_key
 
 TOKEN = "dash-token"
 

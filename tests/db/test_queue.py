@@ -15,8 +15,8 @@ from db.errors import Conflict, LeaseLost
 from db.models import Job, KernelConfig, KernelSource, LookupMiss, TrialResult
 from db.session import Database
 from tests.db.fixtures import lapse
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.results import BucketResult, TrialRecord, TuneResult
 
 KEY = ProblemKey("pack", "interp", 0, 0, 0, ("fp8_528",), 512)
 B1, B2 = Bucket("N", 1, 4), Bucket("N", 5, 64)

@@ -12,8 +12,8 @@ from sqlalchemy.exc import DBAPIError
 
 from db import jobs, migrate
 from db.session import Database
-from tuner.core import Bucket
-from tuner.keys import make_key
+from catalog.core import Bucket
+from catalog.keys import make_key
 
 
 def test_a_session_idle_inside_a_transaction_is_ended_and_its_lock_freed(pg_url: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from api.app import create_app
-from api.settings import Settings
+from catalog.settings import Settings
 from db import jobs
 from tests.service.procs import ThreadServer
 

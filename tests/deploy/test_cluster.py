@@ -217,8 +217,8 @@ def test_readme_cluster_section_runs_a_distributed_job_on_two_workers(pg_url: st
     import optuna
 
     from tuner.search import RECORD_ATTR, study_name
-    from tuner.core import Bucket
-    from tuner.keys import make_key
+    from catalog.core import Bucket
+    from catalog.keys import make_key
 
     key = make_key("pack", "interp", 16, 512, 128, None)
     per_worker: Counter[str] = Counter()

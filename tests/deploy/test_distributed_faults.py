@@ -16,8 +16,8 @@ from db.models import JobParticipant, KernelConfig, TrialResult
 from db.session import Database
 from tests.deploy.test_cluster import pg_url  # noqa: F401  (fixture)
 from tests.service.procs import start_worker, stop
-from tuner.core import Bucket
-from tuner.keys import make_key
+from catalog.core import Bucket
+from catalog.keys import make_key
 
 
 def test_sigkill_of_a_participant_the_survivor_publishes_once(pg_url: str, tmp_path: Path) -> None:  # noqa: F811

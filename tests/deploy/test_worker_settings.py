@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from api.settings import Settings
+from catalog.settings import Settings
 from db import jobs, migrate
 from db.models import Job, TrialResult
 from db.session import Database
 from tests.service.procs import REPO, service_env
-from tuner.core import Bucket
-from tuner.keys import make_key
+from catalog.core import Bucket
+from catalog.keys import make_key
 
 FAKE = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune"}
 

@@ -12,9 +12,9 @@ import os
 import time
 from typing import Callable
 
-from tuner.core import Bucket, ProblemKey, TrialStatus
+from catalog.core import Bucket, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.results import BucketResult, TrialRecord, TuneResult
+from catalog.results import BucketResult, TrialRecord, TuneResult
 
 
 def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 32, search: str = "tpe",

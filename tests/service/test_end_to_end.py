@@ -9,7 +9,7 @@ from pathlib import Path
 
 from api.client import KvtuneClient
 from tests.service.procs import start_server, start_worker, stop
-from tuner.render import source_hash
+from templates.render import source_hash
 
 TOKEN = "e2e-token"
 

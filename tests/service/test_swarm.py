@@ -14,9 +14,9 @@ from db import jobs, migrate
 from db.models import Job, KernelConfig, TrialResult
 from db.session import Database
 from tests.service.procs import start_worker, stop
-from tuner.core import Bucket
+from catalog.core import Bucket
 from tuner.formats import FORMATS
-from tuner.keys import make_key
+from catalog.keys import make_key
 
 N_JOBS, N_WORKERS, TRIALS = 200, 8, 2
 FAKE = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune", "KVTUNE_POLL_S": "0.05", "KVTUNE_LEASE_S": "60"}

@@ -20,8 +20,8 @@ from db import jobs, queue
 from db.models import KernelConfig, TrialResult
 from db.session import Database
 from tests.service.procs import start_worker, stop
-from tuner.core import Bucket
-from tuner.keys import make_key
+from catalog.core import Bucket
+from catalog.keys import make_key
 
 KEY = make_key("pack", "interp", formats=["fp8_528"])
 SLOW = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune", "KVTUNE_POLL_S": "0.1", "KVTUNE_FAKE_TRIAL_S": "0.4"}

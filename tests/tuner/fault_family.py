@@ -26,9 +26,10 @@ import triton
 import triton.language as tl
 
 from tuner.bench import TIMING_SEED0
-from tuner.core import Bucket, Config, ProblemKey
-from tuner.kernels.base import Param, Space, XCompileCase
-from tuner.render import Rendered
+from catalog.core import Bucket, Config, ProblemKey
+from catalog.space import Param, Space
+from tuner.kernels.base import KernelFamily, XCompileCase
+from templates.render import Rendered
 
 MODES = ("ok", "wrong", "raise", "abort", "hang", "sticky", "oob", "illegal")
 DELAYS = (0, 1, 3, 6)
@@ -49,7 +50,7 @@ def _one_delay_per_failure(c: Config) -> str | None:
     return None
 
 
-class _FaultFamily:
+class _FaultFamily(KernelFamily):
     name = "fault"
     template = "fault"
 

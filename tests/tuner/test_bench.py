@@ -13,9 +13,9 @@ from tests.tuner.fault_family import KEY, NAME
 from tuner.bench import (BenchRunner, BenchUnavailable, Candidate, Measurement, SimulatedRunner, load_table,
                          new_table, save_table, synthetic_table, table_put)
 from tuner.compile import SHARED_LIMIT, compile_candidate
-from tuner.core import Bucket, Config, TrialStatus
+from catalog.core import Bucket, Config, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.pack import pack_key
+from catalog.families.pack import pack_key
 
 BUCKET = Bucket("N", 1, 8)
 HANG_TIMEOUT_S = 2.5

@@ -15,14 +15,11 @@ import pytest
 import torch
 
 from tests.golden_files import check_golden
-from tuner.core import Bucket, Config
+from catalog.core import Bucket, Config
 from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
-from tuner.kernels.base import e2m1_backend_legality
-from tuner.kernels.decode import (
-    DECODE_BUCKETS, FAMILY, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode, decode_key, default_config,
-    make_decode_inputs, max_partials, render_variant, render_wgmma, run_decode, space, split_plan,
-    verify_decode, wgmma_config, wgmma_plan, wgmma_reads, workspace_numel,
-)
+from catalog.codecs import e2m1_backend_legality
+from catalog.families.decode import DECODE_BUCKETS, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode_key, default_config, render_variant, render_wgmma, space, wgmma_config, wgmma_reads
+from tuner.kernels.decode import FAMILY, decode, make_decode_inputs, max_partials, run_decode, split_plan, verify_decode, wgmma_plan, workspace_numel
 from tuner.reference import compare, decode_reference
 from tuner.targets import GPU_TARGETS
 
@@ -513,25 +510,24 @@ def test_wgmma_space_fixes_its_parameters() -> None:
 def test_wgmma_modules_include_the_merge_it_launches() -> None:
     # A bundle stores every module a config launches kernels of, since its warmup keys name each
     # kernel's module by hash: the wgmma path merges with the Triton module's decode_combine.
-    from tuner.kernels.base import modules
     from tuner.kernels.decode import _module
 
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
     cfg = _wgmma("nvfp4_288", "fp8_528")
-    wg, merge = modules(FAMILY, key, cfg)
+    wg, merge = FAMILY.modules(key, cfg)
     assert wg == FAMILY.render(key, cfg) and "def decode_wgmma_kernel(" in wg.source
     assert "def decode_combine(" in merge.source
     # The launcher's merge module is that one (generated modules are named by their source hash).
     assert _module("nvfp4_288", "fp8_528", "soft").__name__.endswith(merge.source_hash)
     triton_cfg = default_config("nvfp4_288", "fp8_528")
-    assert modules(FAMILY, key, triton_cfg) == [FAMILY.render(key, triton_cfg)]
+    assert FAMILY.modules(key, triton_cfg) == [FAMILY.render(key, triton_cfg)]
     # A trial's time belongs to both sources: a stored wgmma trial goes stale when either changes,
     # a one-module config keeps its module's hash.
-    from tuner.kernels.base import measured_hash
-    from tuner.render import source_hash
+    from catalog.families.base import measured_hash
+    from templates.render import source_hash
 
-    assert measured_hash(modules(FAMILY, key, cfg)) == source_hash(f"{wg.source_hash}+{merge.source_hash}")
-    assert measured_hash(modules(FAMILY, key, triton_cfg)) == FAMILY.render(key, triton_cfg).source_hash
+    assert measured_hash(FAMILY.modules(key, cfg)) == source_hash(f"{wg.source_hash}+{merge.source_hash}")
+    assert measured_hash(FAMILY.modules(key, triton_cfg)) == FAMILY.render(key, triton_cfg).source_hash
 
 
 def test_wgmma_plan_covers_every_tile_once() -> None:

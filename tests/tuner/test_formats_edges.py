@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots
-from tuner.kernels.base import e2m1_backend_legality
-from tuner.kernels.pack import default_config, pack
+from catalog.codecs import e2m1_backend_legality
+from catalog.families.pack import default_config
+from tuner.kernels.pack import pack
 
 NAN = float("nan")
 INF = float("inf")

@@ -15,13 +15,10 @@ import torch
 
 from tests.golden_files import check_golden
 from tests.ptx_emulation import asm_of, run_ptx
-from tuner.core import Config
+from catalog.core import Config
 from tuner.formats import get_format
-from tuner.kernels.logits import (
-    E2M1_ONLY_DOTS, FAMILY, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, WGMMA_DESC_TYPE, default_config,
-    dot_config, legality, logits, logits_key, make_query, paged_sequences, parse_variant, random_cache, render_variant,
-    space, variant_of, wgmma_descriptor,
-)
+from catalog.families.logits import E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, WGMMA_DESC_TYPE, default_config, dot_config, legality, logits_key, parse_variant, render_variant, space, variant_of
+from tuner.kernels.logits import FAMILY, logits, make_query, paged_sequences, random_cache, wgmma_descriptor
 from tuner.reference import compare, logits_reference
 
 TOL = 1e-2
@@ -220,7 +217,7 @@ def test_space_is_data_and_family_protocol() -> None:
     buckets = FAMILY.buckets(key)
     assert [b.name() for b in buckets] == [b.name() for b in LOGITS_BUCKETS]
     # The issue's count: B=64 x 64K at 64 heads x 128 dims is 68.7 GFLOP over 285 MB of mxfp4 cache.
-    from tuner.kernels.logits import logits_flops
+    from catalog.families.logits import logits_flops
     b64 = buckets[3]
     assert abs(logits_flops(key, b64) / 1e9 - 68.7) < 0.1
     assert 285e6 < FAMILY.bytes_moved(key, b64) < 305e6  # + the 16.8 MB of output
@@ -228,7 +225,7 @@ def test_space_is_data_and_family_protocol() -> None:
 
 def test_family_inputs_run_and_verify(device: str) -> None:
     """make_inputs -> run -> verify at a shrunken bucket (the real ones are GPU-sized)."""
-    from tuner.core import Bucket
+    from catalog.core import Bucket
 
     for fmt, qdt in (("mxfp4_68", "fp8"), ("fp8_132", "bf16")):
         key = logits_key(fmt, qdt)
@@ -501,17 +498,16 @@ def test_descriptor_loads_are_nvidia_only() -> None:
     # TMA tiles: legal on NVIDIA and the interpreter; on AMD the search prunes them before any GPU
     # time, and the launcher refuses them (Triton's buffer-load lowering takes 32-bit offsets).
     from tuner.compile import compile_candidate
-    from tuner.kernels.base import config_legality
 
     cfg = default_config("fp8_132", "fp8").replace(LOADS="descriptor")
     for target in ("sm_90", "sm_100", "interp"):
-        assert config_legality(FAMILY, cfg, target) is None
+        assert FAMILY.config_legality(cfg, target) is None
     for target in ("gfx942", "gfx950"):
-        assert "NVIDIA" in config_legality(FAMILY, cfg, target)
-        assert config_legality(FAMILY, cfg.replace(LOADS="gather"), target) is None
+        assert "NVIDIA" in FAMILY.config_legality(cfg, target)
+        assert FAMILY.config_legality(cfg.replace(LOADS="gather"), target) is None
     assert compile_candidate("logits", logits_key("fp8_132", "fp8"), cfg, "gfx950").status == "illegal_on_arch"
     # A variant's own illegality still comes through (fp8lut is PTX).
-    assert config_legality(FAMILY, default_config("mxfp4_68", "fp8").replace(dot="fp8lut"), "gfx950")
+    assert FAMILY.config_legality(default_config("mxfp4_68", "fp8").replace(dot="fp8lut"), "gfx950")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU with room for a > 2 GiB KV pool")

@@ -9,13 +9,14 @@ import sys
 import pytest
 import torch
 
-from tuner.core import Config
+from catalog.core import Config
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots, write_slots
-from tuner.kernels.base import e2m1_backend_legality
-from tuner.kernels.pack import nt_pad, default_config, pack, space
+from catalog.codecs import e2m1_backend_legality
+from catalog.families.pack import nt_pad, default_config, space
+from tuner.kernels.pack import pack
 
 from tests.golden_files import check_golden
-from tuner.kernels.pack import render_variant
+from catalog.families.pack import render_variant
 
 
 def _inputs(fmt: str, n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -131,8 +132,9 @@ def test_bench_verification_samples_large_packs_and_still_catches_wrong_records(
     # The bench child checks at most VERIFY_ROWS records per candidate: every tile-edge and tail
     # record (first and last 4096) and a fixed sample of the middle, so a corrupt last record or
     # a corrupt sampled record fails the candidate, and a correct pack passes.
-    from tuner.core import Bucket
-    from tuner.kernels.pack import FAMILY, VERIFY_ROWS, pack_key, verify_rows
+    from catalog.core import Bucket
+    from catalog.families.pack import pack_key
+    from tuner.kernels.pack import FAMILY, VERIFY_ROWS, verify_rows
 
     n = VERIFY_ROWS + 9000
     rows = verify_rows(n, "cpu")

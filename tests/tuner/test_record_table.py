@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.record_table import precompile_shares
-from tuner.core import Bucket
-from tuner.kernels.pack import space as pack_space
+from catalog.core import Bucket
+from catalog.families.pack import space as pack_space
 
 
 def test_precompile_keeps_every_bucket_of_a_config_in_one_process() -> None:
@@ -57,7 +57,7 @@ def test_logits_breakdown_variants_leave_out_exactly_their_stage() -> None:
     import ast
 
     from benchmarks.logits_breakdown import DECODE_CALL, HEADS_CALL, breakdown_source, variant
-    from tuner.kernels.logits import LOGITS_FORMATS, TEMPLATE, default_config, render_variant, space
+    from catalog.families.logits import LOGITS_FORMATS, TEMPLATE, default_config, render_variant, space
 
     for fmt in LOGITS_FORMATS:
         for dot in next(p.choices for p in space(fmt, "fp8").params if p.name == "dot"):

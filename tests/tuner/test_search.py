@@ -13,10 +13,10 @@ import pytest
 
 from tests.tuner.fault_family import KEY, NAME
 from tuner.bench import BenchRunner, Candidate, Measurement, SimulatedRunner, synthetic_table
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
-from tuner.kernels.pack import PACK_BUCKETS, pack_key
-from tuner.results import BucketResult, TrialRecord, TuneResult, format_tune_table
+from catalog.families.pack import PACK_BUCKETS, pack_key
+from catalog.results import BucketResult, TrialRecord, TuneResult, format_tune_table
 from tuner.search import study_name, tune
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -202,7 +202,7 @@ def test_a_table_recorded_over_a_sub_grid_is_searched_on_that_grid(table: dict) 
     # What benchmarks/record_table.py does: record a restriction of the family's space; the search
     # then runs on the table's own grid and never asks for a config outside it (the runner raises).
     from tuner.bench import table_space
-    from tuner.kernels.pack import space as pack_space
+    from catalog.families.pack import space as pack_space
 
     sub = pack_space("nvfp4_288").restrict({"BLOCK_T": (2, 4), "num_warps": (1, 2)})
     keep = {c.to_json() for c in sub.grid()}
@@ -223,7 +223,7 @@ def test_a_table_recorded_over_a_sub_grid_is_searched_on_that_grid(table: dict) 
 
 
 def test_restrict_keeps_the_default_and_known_choices() -> None:
-    from tuner.kernels.pack import space as pack_space
+    from catalog.families.pack import space as pack_space
 
     full = pack_space("nvfp4_288")
     sub = full.restrict({"num_warps": (1, 2, 4)})
@@ -243,7 +243,7 @@ def test_search_efficiency_report_on_a_recorded_sub_grid(table: dict, tmp_path: 
     import sys
 
     from tuner.bench import save_table
-    from tuner.kernels.pack import space as pack_space
+    from catalog.families.pack import space as pack_space
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from benchmarks import search_efficiency
@@ -301,9 +301,8 @@ def test_a_variant_that_fixes_parameters_is_reached_and_measured_once() -> None:
     # 256 raw wgmma samples of the space, and measures it once. SYNTHETIC times: wgmma 1 us,
     # every other config 5 us or more.
     from tuner.bench import new_table, table_put
-    from tuner.kernels.base import config_legality
-    from tuner.kernels.logits import dot_config, logits_key
-    from tuner.kernels.logits import space as logits_space
+    from catalog.families.logits import dot_config, logits_key
+    from catalog.families.logits import space as logits_space
 
     key = logits_key("mxfp4_68", "fp8", "sm_90")
     fam = get_family("logits")
@@ -313,7 +312,7 @@ def test_a_variant_that_fixes_parameters_is_reached_and_measured_once() -> None:
         "LOADS": ("gather", "descriptor"), "num_warps": (4, 8), "num_stages": (2,)})
     b = Bucket("B", 33, 64, 65536)
     table = new_table(key, "logits", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())
-    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and config_legality(fam, c, "sm_90") is None]
+    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and fam.config_legality(c, "sm_90") is None]
     wgmma = dot_config(sub.default(), "wgmma")
     assert [c for c in feasible if c["dot"] == "wgmma"] == [wgmma]
     for i, c in enumerate(feasible):
@@ -331,9 +330,8 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
     # whole grid itself), whatever the sampler would draw; nothing is seeded where it cannot run.
     # SYNTHETIC times: wgmma 1 us, every other config 5 us or more.
     from tuner.bench import new_table, table_put
-    from tuner.kernels.base import config_legality, seed_configs
-    from tuner.kernels.decode import decode_key, wgmma_config
-    from tuner.kernels.decode import space as decode_space
+    from catalog.families.decode import decode_key, wgmma_config
+    from catalog.families.decode import space as decode_space
 
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
     fam = get_family("decode")
@@ -342,12 +340,12 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
         "DOT": ("bf16",), "MMA": ("heads_m", "keys_m", "wgmma"), "PREFETCH": (0, 1), "num_warps": (4, 8),
         "num_stages": (1,)})
     wgmma = wgmma_config(sub.default())
-    assert seed_configs(fam, key, "sm_90") == [wgmma]
-    assert seed_configs(fam, decode_key("nvfp4_288", "fp8_528", "sm_100"), "sm_100") == []
-    assert seed_configs(fam, decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == []  # records it cannot read
+    assert fam.seed_configs(key, "sm_90") == [wgmma]
+    assert fam.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_100"), "sm_100") == []
+    assert fam.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == []  # records it cannot read
     b = Bucket("T", 1, 1)
     table = new_table(key, "decode", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())
-    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and config_legality(fam, c, "sm_90") is None]
+    feasible = [c for c in sub.grid() if sub.infeasible(c) is None and fam.config_legality(c, "sm_90") is None]
     assert wgmma in feasible
     for i, c in enumerate(feasible):
         table_put(table, b, c, Measurement(TrialStatus.OK, time_us=1.0 if c == wgmma else 5.0 + i / 1000))

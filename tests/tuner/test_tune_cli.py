@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tuner.core import Bucket, ProblemKey, TrialStatus
-from tuner.keys import make_key, parse_buckets
-from tuner.kernels.pack import pack_key
-from tuner.results import TuneResult
+from catalog.core import Bucket, ProblemKey, TrialStatus
+from catalog.keys import make_key, parse_buckets
+from catalog.families.pack import pack_key
+from catalog.results import TuneResult
 
 REPO = Path(__file__).resolve().parents[2]
 

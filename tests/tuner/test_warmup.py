@@ -14,9 +14,10 @@ import sys
 import pytest
 import torch
 
-from tuner.core import Bucket
+from catalog.core import Bucket
 from tuner.formats import get_format, page_bytes
-from tuner.kernels.pack import PACK_PAGE_SIZE, default_config, pack, pack_key, render_variant
+from catalog.families.pack import PACK_PAGE_SIZE, default_config, pack_key, render_variant
+from tuner.kernels.pack import pack
 from tuner.warmup import (
     CompiledWhileServing, WarmupKey, backend_class, classify, count_compiles, keys_for, no_compiles, record_launches,
 )
@@ -190,7 +191,7 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
     """Decode and logits on real argument sets: every size of the bucket, each pool small, or a
     small view of a storage over 2 GiB; what Triton specialises must be among the keys."""
     from tuner.kernels import get_family
-    from tuner.keys import make_key
+    from catalog.keys import make_key
 
     key = make_key(family, target, 64 if family == "logits" else 16, 512, 128 if family == "decode" else 0, formats)
     fam = get_family(family)
@@ -256,7 +257,7 @@ def test_gpu_descriptor_keys_warm_every_launch_over_2gib() -> None:
     # meta tensor), then real launches at every size of the bucket, on a pool over 2 GiB and a
     # small one, compile nothing.
     from tuner.kernels import get_family
-    from tuner.keys import make_key
+    from catalog.keys import make_key
 
     key = make_key("logits", "sm_90", 64, 512, 0, ("fp8_132", "fp8"))
     cfg = get_family("logits").default_config(key).replace(LOADS="descriptor", num_stages=3)
@@ -268,8 +269,8 @@ def test_gpu_wgmma_keys_warm_every_launch_over_2gib() -> None:
     # The Gluon wgmma path (its descriptor carries a shared-memory layout): keys recorded on the
     # GPU (the interpreter does not run Gluon), warmed from stand-ins, then served as above.
     from tuner.kernels import get_family
-    from tuner.kernels.logits import WGMMA_DESC_TYPE, dot_config
-    from tuner.keys import make_key
+    from catalog.families.logits import WGMMA_DESC_TYPE, dot_config
+    from catalog.keys import make_key
     from tuner.targets import detect
 
     if detect().name != "sm_90":
@@ -288,8 +289,7 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
     # stores (`modules`), then every T served for real on small pools and on a compressed pool over
     # 2 GiB: nothing may compile.
     from tuner.kernels import get_family
-    from tuner.kernels.base import modules
-    from tuner.kernels.decode import decode_key, default_config, wgmma_config
+    from catalog.families.decode import decode_key, default_config, wgmma_config
     from tuner.targets import detect
     from tuner.warmup import warm
 
@@ -299,7 +299,7 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
     cfg = wgmma_config(default_config("nvfp4_288", "fp8_528"))
     keys = keys_for("decode", key, cfg, Bucket("T", 1, 4), "sm_90", device="cuda")
-    sources = {r.source_hash: r.source for r in modules(fam, key, cfg)}
+    sources = {r.source_hash: r.source for r in fam.modules(key, cfg)}
     assert {k.source_hash for k in keys} == set(sources)  # both modules, nothing a bundle would lack
     combine = [k for k in keys if k.fn == "decode_combine"]
     assert combine and all(dict(k.options).get("launch_pdl") is True for k in combine)
@@ -308,9 +308,9 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
     # warm() has to compile every key and serving without compiles proves warm() did it.
     from triton.runtime.jit import JITFunction
 
-    from tuner import render as R
+    from templates import render as R
 
-    for r in modules(fam, key, cfg):
+    for r in fam.modules(key, cfg):
         for fn in vars(R.load(r)).values():
             if isinstance(fn, JITFunction):
                 fn.device_caches.clear()

@@ -1,17 +1,14 @@
-"""One module per kernel family: its search space, variant legality per target, default config,
-renderer and launcher. `get_family(name)` is the registry the tuner and the CLI use."""
+"""One module per kernel family: its launcher, inputs, verification and cross-compile cases, on top
+of its catalog spec (`catalog.families`). `get_family(name)` is the registry the tuner and the CLI use."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
+from catalog.families import family_names  # noqa: F401  (the same names as the catalog's)
 from tuner.kernels.base import KernelFamily
 
 _MODULES = {"pack": "tuner.kernels.pack", "decode": "tuner.kernels.decode", "logits": "tuner.kernels.logits"}
-
-
-def family_names() -> tuple[str, ...]:
-    return tuple(_MODULES)
 
 
 def get_family(name: str) -> KernelFamily:

@@ -18,138 +18,28 @@ from typing import Any, Sequence
 import torch
 import triton
 
-from tuner import render as R
-from tuner.core import Bucket, Config, ProblemKey
-from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes, quantize, write_slots
-from tuner.kernels.base import (E2M1_READ_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
-                                 e2m1_backend_legality, sm_count)
+from catalog.codecs import E2M1_READ_BACKENDS, e2m1_backend_legality
+from catalog.core import Bucket, Config, ProblemKey
+from catalog.families.decode import (AUTO, DECODE_BUCKETS, DECODE_FORMATS, DECODE_PAGE_SIZE, ISSUE_PAIRS,  # noqa: F401
+                                     MAX_HEADS, MAX_SPLITS, PDL_TARGETS, WGMMA_BLOCK_N, WGMMA_FIXED, WGMMA_FORMATS,
+                                     WGMMA_HEADS, WGMMA_MERGE_BACKEND, DecodeSpec, cfg_backends, decode_bytes,
+                                     decode_key, default_config, has_e2m1, render_variant, render_wgmma, space,
+                                     wgmma_config, wgmma_legality, wgmma_reads)
+from catalog.formats import RecordFormat, get_format, page_bytes
+from templates import render as R
+from tuner.formats import alloc_cache, quantize, write_slots
+from tuner.kernels.base import KernelFamily, XCompileCase, device_generator, sm_count
 from tuner.reference import compare, decode_reference
 from tuner.targets import detect, interpreting
 
-TEMPLATE = "decode_tile.py.j2"
-# The `wgmma` MMA path is a Gluon kernel of its own template (sm_90 only; see templates/decode_wgmma.py.j2).
-WGMMA_TEMPLATE = "decode_wgmma.py.j2"
-WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf16 dims (see wgmma_reads)
-WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
-WGMMA_HEADS = 16  # the MMAs' N: heads padded to 16
-# The Triton module whose decode_combine merges the wgmma path's splits (every backend renders the
-# same decode_combine).
-WGMMA_MERGE_BACKEND = "soft"
-# What the wgmma path fixes (one warpgroup, 64-key tiles, bf16 dots, its own e2m1 lookups and
-# split plan): every other value of these axes would be the same kernel under another name.
-WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
-                               "PREFETCH": 0, "num_warps": 4, "num_stages": 1}
-WGMMA_ILLEGAL: dict[str, str] = {
-    "interp": "a Gluon kernel: Triton's interpreter does not run Gluon",
-    "sm_100": "Hopper's warpgroup MMA (wgmma); sm_100 has tcgen05 in its place",
-    "gfx942": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
-    "gfx950": "a Gluon kernel of NVIDIA Hopper operations (wgmma, PTX prmt)",
-}
-# Targets with programmatic dependent launch (griddepcontrol; NVIDIA sm_90 and later): the wgmma
-# path launches its merge as a dependent grid.
-PDL_TARGETS: tuple[str, ...] = ("sm_90", "sm_100")
-DECODE_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
-# The record pairs the issue names (compressed, window); the cross-compile table covers these.
-ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"))
-MAX_HEADS = 64  # the accumulator is [heads, 512] fp32 per program; more would not fit in registers
-MAX_SPLITS = 32
-AUTO = 0  # NUM_SPLITS = 0: the launcher picks the split count from T and the SM count
 COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
 TOL = 1e-2  # FORMATS.md reader tolerance with bf16 operands
 
 
-def _fmt512(fmt: str | RecordFormat) -> RecordFormat:
-    f = get_format(fmt)
-    if f.name not in DECODE_FORMATS:
-        raise ValueError(f"the decode tile reads 512-dim records {list(DECODE_FORMATS)}, not {f.name}")
-    return f
 
 
-def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
 
 
-# ---------------------------------------------------------------------------------------------
-# Search space
-# ---------------------------------------------------------------------------------------------
-
-
-def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
-    """The decode search space for one record pair. The e2m1 backend is an axis only where a side
-    has e2m1 elements (elsewhere the rendered module has no e2m1 code)."""
-    backends = E2M1_READ_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
-
-    def _fits(c: Config) -> str | None:
-        if c["MMA"] == "wgmma":
-            if not wgmma_reads(comp_fmt, win_fmt):
-                return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
-            want = wgmma_config(c)
-            off = [k for k, v in want.as_dict().items() if c[k] != v]
-            return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
-        # fp32 K tiles double the shared memory and registers of the dot operands.
-        if c["DOT"] == "fp32" and c["BLOCK_N"] > 32:
-            return "fp32 dot operands with BLOCK_N > 32 exceed shared memory"
-        if c["BLOCK_N"] == 64 and c["num_warps"] < 8:
-            return "a 64-key block of 512 dims needs 8 warps (it spills heavily at 4)"
-        if c["BLOCK_N"] == 16 and c["MMA"] == "heads_m" and has_e2m1(comp_fmt, win_fmt):
-            # Measured on an H200 with Triton 3.6 (benchmarks/results/diag_decode.log): relative errors
-            # of 0.1-0.9 for every DOT/num_warps/split with e2m1 records, while BLOCK_N 32 and the
-            # keys-on-M product are exact to bf16. Correct under the interpreter, wrong on sm_90.
-            return "BLOCK_N=16 with heads on M miscompiles with e2m1 records (wrong results on sm_90)"
-        return None
-
-    return Space(
-        params=(
-            Param("backend", backends, "soft", render=True),
-            Param("BLOCK_N", (16, 32, 64), 32),
-            Param("NUM_SPLITS", (AUTO, 1, 2, 4, 8, 16, 32), AUTO),
-            # How grid axis 1 covers the two key lists (see split_plan): "both" = every program
-            # walks a share of each list, one after the other; "apart" = each program walks a chunk
-            # of one list, so the window list's gather rounds run beside the compressed list's.
-            # "apart" always writes partials, even at one split. "separate": the chunks of "apart",
-            # but one launch per list, each kernel compiled for its list alone (the two readers in
-            # one kernel share one register allocation: on sm_90 the nvfp4_288 + fp8_528 default
-            # spills ~1 KB that way, and neither list's kernel spills alone; static ptxas counts).
-            Param("LISTS", ("both", "apart", "separate"), "both"),
-            # Who merges the partials: a second launch (decode_combine) or, "fused", the token's
-            # last program to finish (an int32 arrival counter per token; see `decode`'s counters).
-            # No constraint ties COMBINE to the split count: where a launch writes no partials
-            # (LISTS=both with one split, given or AUTO) the launcher ignores it. That leaves one
-            # duplicate slice in the grid (NUM_SPLITS=1, LISTS=both, COMBINE=fused), but keeps every
-            # config valid at every T, which AUTO needs anyway (it resolves to one split at large T).
-            Param("COMBINE", ("kernel", "fused"), "kernel"),
-            Param("DOT", ("bf16", "fp32"), "bf16"),
-            # keys_m puts the keys on tl.dot's M side; wgmma is the Gluon kernel of sm_90 (keys on
-            # M, query and P from shared memory, async warpgroup MMAs; WGMMA_FIXED).
-            Param("MMA", ("heads_m", "keys_m", "wgmma"), "heads_m"),
-            # 1: each block's slots and records are loaded one block early, before the previous
-            # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
-            # does not pipeline loads whose addresses come from other loads).
-            Param("PREFETCH", (0, 1), 0),
-            # Defaults: BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits was the fastest
-            # correct config at every T of the first H200 sweep. Since then (H200, 2026-11-29,
-            # benchmarks/results/decode.md) PREFETCH=1 beats it at every T, with LISTS=apart at
-            # T <= 4 and 64-key blocks at T >= 16 (T=64: 49 vs 77 us). Tuned configs carry those;
-            # the default stays, as the recorded decode table (tables/decode.json) was measured
-            # with PREFETCH=0 and a table's space must keep its default.
-            Param("num_warps", (4, 8), 8),
-            Param("num_stages", (1, 2, 3), 1),
-        ),
-        constraints=(_fits,),
-    )
-
-
-def default_config(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Config:
-    return space(comp_fmt, win_fmt).default()
-
-
-def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, backend: str) -> R.Rendered:
-    c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
-    if backend not in E2M1_READ_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_READ_BACKENDS)}")
-    if not has_e2m1(c, w):
-        backend = "soft"  # nothing to decode: every backend renders the same module
-    return R.render(TEMPLATE, {"comp": c, "win": w, "e2m1_backend": backend})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,30 +47,12 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 # ---------------------------------------------------------------------------------------------
 
 
-def wgmma_config(cfg: Config) -> Config:
-    """`cfg` on the wgmma path: MMA=wgmma with the parameters the path fixes (WGMMA_FIXED; the
-    backend axis at its default, "soft": the kernel's e2m1 lookups are its own). Its split count
-    (NUM_SPLITS, see `wgmma_plan`) is the one parameter it keeps."""
-    return cfg.replace(MMA="wgmma", backend="soft", **WGMMA_FIXED)
 
 
-def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    """Whether the wgmma path reads this record pair (both sides WGMMA_FORMATS)."""
-    return get_format(comp_fmt).name in WGMMA_FORMATS and get_format(win_fmt).name in WGMMA_FORMATS
 
 
-def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:
-    c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
-    if not wgmma_reads(c, w):
-        raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
-    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w})
 
 
-def wgmma_legality(target: str) -> str | None:
-    """Why the wgmma path cannot run on `target` (None: it can)."""
-    if target == "sm_90":
-        return None
-    return WGMMA_ILLEGAL.get(target, "a Gluon kernel of Hopper operations: sm_90 only")
 
 
 @lru_cache(maxsize=16)
@@ -503,24 +375,14 @@ def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tu
     return block_d, warps
 
 
-def decode_bytes(comp_fmt: str, win_fmt: str, n_tokens: int, heads: int, topk: int, window: int) -> int:
-    """Bytes one launch must move with full key lists: records, slot lists, q, o, lse, sink."""
-    cf, wf = get_format(comp_fmt), get_format(win_fmt)
-    per_token = topk * (cf.bytes_per_token + 4) + window * (wf.bytes_per_token + 4) + heads * (512 * 2 * 2 + 4)
-    return n_tokens * per_token + heads * 4
 
 
 # ---------------------------------------------------------------------------------------------
 # The family
 # ---------------------------------------------------------------------------------------------
 
-DECODE_BUCKETS = tuple(Bucket("T", lo, hi) for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64)))
-DECODE_PAGE_SIZE = 64
 
 
-def decode_key(comp_fmt: str, win_fmt: str, arch: str, heads: int = 16, topk: int = 512, window: int = 128) -> ProblemKey:
-    return ProblemKey(kernel="decode", arch=arch, heads=heads, topk=topk, window=window,
-                      formats=(comp_fmt, win_fmt), head_dim=512)
 
 
 def _random_cache(fmt: RecordFormat, n_slots: int, page_size: int, device: str, g: torch.Generator) -> torch.Tensor:
@@ -626,55 +488,7 @@ _WGMMA_SIGNATURE = {
 }
 
 
-class _DecodeFamily:
-    name = "decode"
-    template = TEMPLATE
-
-    def variants(self) -> Sequence[str]:
-        return E2M1_READ_BACKENDS + ("wgmma",)
-
-    def legality(self, variant: str, target: str) -> str | None:
-        # The fp8 readers use Triton's fp8e4nv conversion, which every GPU target lowers; the only
-        # target-specific code is the e2m1 decode backend, and the wgmma path (sm_90's Gluon kernel).
-        if variant == "wgmma":
-            return wgmma_legality(target)
-        return e2m1_backend_legality(variant, target)
-
-    def space(self, key: ProblemKey) -> Space:
-        return space(*key.formats)
-
-    def default_config(self, key: ProblemKey) -> Config:
-        return default_config(*key.formats)
-
-    def canonical_config(self, key: ProblemKey, config: Config) -> Config:
-        """A wgmma sample runs with the parameters the path fixes (`wgmma_config`), whatever it drew
-        for them: otherwise a search would almost never draw the one feasible combination."""
-        return wgmma_config(config) if config.get("MMA") == "wgmma" else config
-
-    def variant_of(self, config: Config) -> str:
-        return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
-
-    def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
-        """The wgmma path where it runs (sm_90, records it reads): a search measures it second,
-        since a few TPE trials may not draw it (a T=1 tune of 8 trials on the H200 did not)."""
-        if wgmma_legality(target) or not wgmma_reads(*key.formats):
-            return []
-        return [wgmma_config(default_config(*key.formats))]
-
-    def buckets(self, key: ProblemKey) -> list[Bucket]:
-        return list(DECODE_BUCKETS)
-
-    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
-        if config.get("MMA") == "wgmma":
-            return render_wgmma(key.formats[0], key.formats[1])
-        return render_variant(key.formats[0], key.formats[1], config["backend"])
-
-    def modules(self, key: ProblemKey, config: Config) -> list[R.Rendered]:
-        """The wgmma kernel's module and the Triton module whose decode_combine merges its splits."""
-        if config.get("MMA") == "wgmma":
-            return [render_wgmma(*key.formats), render_variant(*key.formats, WGMMA_MERGE_BACKEND)]
-        return [self.render(key, config)]
-
+class DecodeFamily(DecodeSpec, KernelFamily):
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_decode_inputs(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window,
                                   device, seed)
@@ -684,9 +498,6 @@ class _DecodeFamily:
 
     def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
         return verify_decode(key.formats[0], key.formats[1], inputs, outputs)
-
-    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
-        return decode_bytes(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window)
 
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
@@ -773,9 +584,6 @@ class _DecodeFamily:
         )
 
 
-def cfg_backends(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> tuple[str, ...]:
-    """The e2m1 backends the pair's space searches (its `backend` axis)."""
-    return tuple(space(comp_fmt, win_fmt).params[0].choices)
 
 
-FAMILY: KernelFamily = _DecodeFamily()
+FAMILY = DecodeFamily()

@@ -22,77 +22,22 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tuner import render as R
-from tuner.core import Bucket, Config, ProblemKey
-from tuner.formats import RecordFormat, alloc_cache, get_format, page_bytes
-from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
-                                 e2m1_backend_legality)
+from catalog.codecs import E2M1_BACKENDS, e2m1_backend_legality
+from catalog.core import Bucket, Config, ProblemKey
+from catalog.families.logits import (DECODE_CTX, DECODING_DOTS, E2M1_ONLY_DOTS, HEAD_DIM, KEY_SCALED_DOTS,
+                                     LOGITS_FORMATS, LogitsSpec, SEED_HEADS, SEED_PAGE, VARIANTS, WGMMA_BLOCK_N,
+                                     WGMMA_DESC_TYPE, WGMMA_SWIZZLE, _check_fmt, _check_heads, _key_parts,
+                                     config_legality, default_config, desc_box, dot_config, parse_variant,
+                                     render_variant, scale_desc, space, variant_name)
+from catalog.formats import RecordFormat, get_format, page_bytes
+from templates import render as R
+from tuner.formats import alloc_cache
+from tuner.kernels.base import KernelFamily, XCompileCase, device_generator
 from tuner.reference import compare, logits_reference
 from tuner.targets import detect
 
-TEMPLATE = "logits.py.j2"
-# The `wgmma` dot path is a Gluon kernel of its own template (templates/logits_wgmma.py.j2).
-WGMMA_TEMPLATE = "logits_wgmma.py.j2"
-LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
 Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-# fp8lut: fp8 operands like fp8, the e2m1 elements turned into e4m3 codes by byte-permute table
-# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only. On the H200
-# (2026-11-29) mxfp4_68 B=64 x 64K: 302 vs 409 us (benchmarks/results/logits_fp8lut.md). Not the
-# default: a default must be legal on every target, and this one is not on AMD or the interpreter.
-# fp8key / fp8keylut (e2m1 caches): one K=128 fp8 dot per tile instead of four K=32 chunk dots,
-# each chunk's scale relative to its key's largest folded into the e4m3 exponents (shifts of up to
-# 11 binades are exact; a chunk further below, under 2**-11 of the largest, is flushed to zero) and
-# one scale per key applied to the scores, as fp8_132's. Codes by integer ops, or by prmt lookups
-# (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 225.9 us with
-# descriptor loads (fp8lut 276.7, results/logits_scale_desc_ab.md; prefill 4K x 16K 2.76 against 3.4
-# ms); fp8key 535 us.
-# wgmma (e2m1 caches, sm_90): fp8keylut's codes and one scale per key, as a Gluon kernel: TMA ring,
-# async wgmma, the head sum by a second (bf16) MMA on the relu'd scores. H200 (2026-11-30),
-# mxfp4_68 B=64 x 64K: 135.7 against fp8keylut's 225.9 us in one run (results/logits.md).
-DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma", "f16", "bf16", "scaled")
-# The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
-E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut", "wgmma")
-# The dot paths that take e2m1 records chunk by chunk (a K=32 dot per ue8m0 scale).
-CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
-DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
-# The dot paths that fold the chunk scales into the codes (one scale per key); with LOADS=descriptor
-# they also read the scale rows by descriptor, which took mxfp4_68 B=64 x 64K from 270 to 228 us
-# (fp8keylut) but cost fp8_132 (152 -> 166 us) and fp8lut (277 -> 322): H200, 2026-11-29,
-# results/logits_scale_desc_ab.md.
-KEY_SCALED_DOTS: tuple[str, ...] = ("fp8key", "fp8keylut")
-# ... for tiles of at least this many keys: 16-key tiles (64-byte boxes of scale words) at
-# num_stages=3 fault with a misaligned address on sm_90 (Triton 3.6; 32 and 64 keys, and 16 keys at
-# 1 or 2 stages, run right: H200, 2026-11-29, results/logits_desc16_fault_h200.log).
-SCALE_DESC_MIN_KEYS = 32
-# The wgmma path's tiles: 64 keys (one TMA box, inside one page), one warpgroup's MMA rows.
-WGMMA_BLOCK_N = 64
-# The shared-memory swizzle (bytes) its TMA copies stage rows with: the template's kernel reads the
-# buffers back as 32-bit words in this swizzle.
-WGMMA_SWIZZLE = 64
-# Its descriptor as Triton types it (signatures, warmup keys): what Triton's specialisation writes
-# for `wgmma_descriptor`'s Gluon descriptor (tests/tuner/test_logits.py holds them together).
-WGMMA_DESC_TYPE = (f"tensordesc<u8[1, {WGMMA_BLOCK_N}, 64],NVMMASharedLayout(swizzle_byte_width={WGMMA_SWIZZLE}, "
-                   "element_bitwidth=8, rank=3, transposed=False, fp4_padded=False, cga_layout=[])>")
-HEAD_DIM = 128
-SEED_HEADS = 64
-SEED_TOPK = 512
-SEED_PAGE = 64
 TOL = 1e-2  # FORMATS.md: bf16 (and fp8) operands
-
-_DOT_ILLEGAL: dict[tuple[str, str], str] = {
-    ("fp8lut", "interp"): "Triton's interpreter has no inline asm",
-    ("fp8lut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
-    ("fp8lut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
-    ("fp8keylut", "interp"): "Triton's interpreter has no inline asm",
-    ("fp8keylut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
-    ("fp8keylut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
-    ("wgmma", "interp"): "a Gluon kernel: Triton's interpreter does not run Gluon",
-    ("wgmma", "sm_100"): "Hopper's warpgroup MMA (wgmma); sm_100 has tcgen05 in its place",
-    ("wgmma", "gfx942"): "a Gluon kernel of NVIDIA Hopper operations (wgmma, TMA, PTX prmt)",
-    ("wgmma", "gfx950"): "a Gluon kernel of NVIDIA Hopper operations (wgmma, TMA, PTX prmt)",
-    ("scaled", "interp"): "Triton's interpreter has no dot_scaled",
-    ("bf16", "interp"): "Triton's interpreter stores bf16 as uint16 and its tl.dot multiplies those bit patterns",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,35 +45,14 @@ _DOT_ILLEGAL: dict[tuple[str, str], str] = {
 # ---------------------------------------------------------------------------------------------
 
 
-def variant_name(dot: str, backend: str = "soft") -> str:
-    """A variant is its dot path; the paths that decode e2m1 to floats also name the backend."""
-    if dot not in DOTS:
-        raise ValueError(f"unknown dot path {dot!r}; known: {list(DOTS)}")
-    return f"{dot}.{backend}" if dot in DECODING_DOTS else dot
 
 
-def parse_variant(variant: str) -> tuple[str, str]:
-    dot, _, backend = variant.partition(".")
-    if dot not in DOTS or (dot in DECODING_DOTS) != bool(backend) or (backend and backend not in E2M1_BACKENDS):
-        raise ValueError(f"unknown logits variant {variant!r}")
-    return dot, backend or "soft"
 
 
-VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
 
 
-def legality(variant: str, target: str) -> str | None:
-    dot, backend = parse_variant(variant)
-    return _DOT_ILLEGAL.get((dot, target)) or e2m1_backend_legality(backend, target)
 
 
-def config_legality(config: Config, target: str) -> str | None:
-    """Why `config` cannot run on `target` (None: it can): its variant's legality, and its loads.
-    Descriptor loads are TMA copies on NVIDIA; on AMD Triton lowers them to buffer loads, whose
-    32-bit offsets a KV pool over 2 GiB would overflow (they cross-compile there; never run)."""
-    if config.get("LOADS", "gather") == "descriptor" and target in ("gfx942", "gfx950"):
-        return "LOADS=descriptor (TMA) is NVIDIA's; AMD buffer loads take 32-bit offsets into a pool over 2 GiB"
-    return legality(variant_of(config), target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,135 +60,20 @@ def config_legality(config: Config, target: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_fmt(fmt: str | RecordFormat) -> RecordFormat:
-    f = get_format(fmt)
-    if f.name not in LOGITS_FORMATS:
-        raise ValueError(f"logits reads {list(LOGITS_FORMATS)} caches, not {f.name}")
-    return f
 
 
-def _check_q_dtype(q_dtype: str) -> str:
-    if q_dtype not in Q_DTYPES:
-        raise ValueError(f"query dtype must be one of {list(Q_DTYPES)}, got {q_dtype!r}")
-    return q_dtype
 
 
-def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS) -> Space:
-    """The logits search space for one cache format, query dtype and head count.
-
-    `dot`: fp8 needs an fp8 query (a bf16 query would be rounded to e4m3, beyond the tolerance);
-    `backend` (the e2m1 decode) only matters to the f16 and bf16 paths of an e2m1 cache. A bf16
-    query defaults to the f16 path: as fast as bf16 on tensor cores, exact for the query's normal
-    range, and (unlike bf16) right under Triton's interpreter.
-    """
-    f = _check_fmt(fmt)
-    _check_q_dtype(q_dtype)
-    _check_heads(heads)
-    dots = DOTS if q_dtype == "fp8" else ("f16", "bf16", "scaled")
-    if f.elem != "e2m1":
-        dots = tuple(d for d in dots if d not in E2M1_ONLY_DOTS)  # no nibbles in fp8 records
-    backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
-
-    def _backend_needs_bf16(c: Config) -> str | None:
-        if c["backend"] != "soft" and c["dot"] not in DECODING_DOTS:
-            return f"the {c['backend']} e2m1 decode is only used by the {'/'.join(DECODING_DOTS)} dot paths"
-        return None
-
-    def _fits(c: Config) -> str | None:
-        if c["dot"] == "wgmma":
-            fixed = wgmma_fixed(heads)
-            off = sorted(k for k, v in fixed.items() if c[k] != v)
-            if off:
-                return f"the wgmma path runs {', '.join(f'{k}={fixed[k]}' for k in off)} (one warpgroup, 64-key tiles by TMA, one token, all heads)"
-            return None
-        # The [QT * HEADS, BLOCK_N] fp32 scores live in registers: at most ~128 per thread.
-        acc = c["QT"] * c["HEADS"] * c["BLOCK_N"]
-        if acc > 128 * 32 * c["num_warps"]:
-            return f"{acc} fp32 scores per program need more than 128 registers a thread at {c['num_warps']} warps"
-        if c["QT"] * c["HEADS"] > 256:
-            return "more than 256 dot rows per program"
-        if c["LOADS"] == "descriptor" and (c["PAGE_LOOKUP"] != "tile" or c["PREFETCH"]):
-            return "LOADS=descriptor loads whole tiles of one page (PAGE_LOOKUP=tile), pipelined by Triton (no PREFETCH)"
-        if c["PREFETCH"] and c["dot"] == "scaled" and f.elem == "e2m1":
-            # Correct under the interpreter, wrong on sm_90 with Triton 3.6 (relative errors ~10 at
-            # every B, keys_m and heads_m; fp8_132's scaled path with PREFETCH is right):
-            # benchmarks/results/logits_h200.log, 2026-11-29.
-            return "PREFETCH with tl.dot_scaled on e2m1 records miscompiles (wrong results on sm_90)"
-        return None
-
-    return Space(
-        params=(
-            Param("dot", dots, "fp8" if q_dtype == "fp8" else "f16", render=True),
-            Param("backend", backends, "soft", render=True),
-            Param("BLOCK_N", (16, 32, 64, 128, 256), 64),
-            Param("TILES", (1, 2, 4, 8, 16), 4),
-            Param("QT", (1, 2, 4), 1),
-            Param("HEADS", tuple(h for h in (16, 32, 64, 128) if h <= heads), heads),
-            Param("PAGE_LOOKUP", ("tile", "key"), "tile"),
-            # heads_m: scores[heads, keys] = q K^T, the sum over heads crosses the warps that split M;
-            # keys_m: scores^T = K q^T, K feeds the MMA from registers and heads are summed in-thread.
-            # keys_m is the fp8-query default: on the H200 (2026-11-29, default tile otherwise) it
-            # took B=64 x 64K from 1054 to 418 us (mxfp4_68) and 539 to 210 us (fp8_132). bf16
-            # queries keep heads_m until keys_m is timed on their f16 dot.
-            Param("MMA", ("heads_m", "keys_m"), "keys_m" if q_dtype == "fp8" else "heads_m"),
-            # 1: the next tile's block-table and record loads are issued before this tile's dots
-            # (by hand: Triton's pipeliner does not overlap a tile's record loads with the dots
-            # before them). Only matters with TILES > 1. Slower on the H200 wherever timed
-            # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
-            Param("PREFETCH", (0, 1), 0),
-            # How a tile's data rows are read: "gather" (a load per key row, into registers) or
-            # "descriptor" (the tile as tensor-descriptor loads of its page's rows, one per 32-dim
-            # chunk on the chunked e2m1 paths: TMA copies that Triton's pipeliner stages through
-            # shared memory; NVIDIA only, see `config_legality`). Gathered, fp8_132's rows alone
-            # ran at 3.3 of 4.3 TB/s on the H200, nothing in flight while a tile's dots ran; by
-            # descriptor with num_stages=3, B=64 x 64K took 163 us against 208 (2026-11-29,
-            # results/logits.md; mxfp4_68 fp8lut 275 against 300, logits_mxfp4_descriptor.md).
-            Param("LOADS", ("gather", "descriptor"), "gather"),
-            Param("num_warps", (2, 4, 8), 4),
-            Param("num_stages", (1, 2, 3), 2),
-        ),
-        constraints=(_backend_needs_bf16, _fits),
-    )
 
 
-def dot_config(base: Config, dot: str, backend: str = "soft", heads: int = SEED_HEADS) -> Config:
-    """`base` switched to a dot path (and e2m1 backend): for wgmma, with the parameters it fixes."""
-    cfg = base.replace(dot=dot, backend=backend)
-    return cfg.replace(**wgmma_fixed(heads)) if dot == "wgmma" else cfg
 
 
-def wgmma_fixed(heads: int = SEED_HEADS) -> dict[str, Any]:
-    """The parameters the wgmma path fixes: one warpgroup, 64-key tiles by TMA (each inside one
-    page), keys on the MMA's M side, one query token and all heads a program. TILES and
-    num_stages (the depth of its TMA ring) stay free."""
-    return {"BLOCK_N": WGMMA_BLOCK_N, "QT": 1, "HEADS": heads, "MMA": "keys_m", "PAGE_LOOKUP": "tile", "PREFETCH": 0,
-            "LOADS": "descriptor", "num_warps": 4}
 
 
-def _check_heads(heads: int) -> None:
-    if heads not in (16, 32, 64, 128):
-        raise ValueError(f"index heads must be 16, 32, 64 or 128 (a power of two the dot can tile), got {heads}")
 
 
-def default_config(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS) -> Config:
-    return space(fmt, q_dtype, heads).default()
 
 
-def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> R.Rendered:
-    f = _check_fmt(fmt)
-    variant_name(dot, backend)
-    if backend not in E2M1_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}")
-    if dot in E2M1_ONLY_DOTS and f.elem != "e2m1":
-        raise ValueError(f"the {dot} path decodes e2m1 elements; {f.name} has none (use fp8)")
-    if f.elem != "e2m1" or dot not in DECODING_DOTS:
-        backend = "soft"  # nothing decodes e2m1 to floats: one source per (format, dot)
-    if dot == "wgmma":
-        # Its layouts are written for mxfp4_68's shape: 128 dims, 4 chunks, 64-byte data rows.
-        assert (f.dims, f.tile, f.data_bytes) == (128, 32, 64), f.name
-        return R.render(WGMMA_TEMPLATE, {"fmt": f})
-    return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot),
-                               "keyscaled": key_scaled(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,58 +204,24 @@ def wgmma_descriptor(cache: torch.Tensor, fmt: str | RecordFormat, page_size: in
                            [1, WGMMA_BLOCK_N, f.data_bytes], layout)
 
 
-def chunked(f: RecordFormat, dot: str) -> bool:
-    """Whether the `dot` path takes `f`'s records chunk by chunk of 32 dims (e2m1 records only)."""
-    return f.elem == "e2m1" and dot in CHUNKED_DOTS
 
 
-def key_scaled(f: RecordFormat, dot: str) -> bool:
-    """Whether the `dot` path folds `f`'s chunk scales into the codes, one scale per key."""
-    return f.elem == "e2m1" and dot in KEY_SCALED_DOTS
 
 
-def scale_desc(f: RecordFormat, dot: str, block_n: int) -> bool:
-    """Whether LOADS=descriptor also reads the scale rows by descriptor, for tiles of `block_n`
-    keys (see KEY_SCALED_DOTS and SCALE_DESC_MIN_KEYS; the template makes the same test)."""
-    return key_scaled(f, dot) and block_n >= SCALE_DESC_MIN_KEYS
 
 
-def desc_box(f: RecordFormat, dot: str) -> int:
-    """Bytes of a data row one descriptor load takes: the whole row, or one 32-dim chunk (16 bytes)
-    on the chunked paths."""
-    return f.tile // 2 if chunked(f, dot) else f.data_bytes
 
 
-def variant_of(config: Config) -> str:
-    return variant_name(config["dot"], config["backend"])
 
 
 # ---------------------------------------------------------------------------------------------
 # Problem sizes: keys, buckets, inputs, cost model
 # ---------------------------------------------------------------------------------------------
 
-DECODE_CTX = 65536
-PREFILL_CTX = 16384
-# Decode: B sequences with one query token each; prefill: T query tokens of one sequence, causal.
-LOGITS_BUCKETS: tuple[Bucket, ...] = (
-    Bucket("B", 1, 1, DECODE_CTX),
-    Bucket("B", 2, 8, DECODE_CTX),
-    Bucket("B", 9, 32, DECODE_CTX),
-    Bucket("B", 33, 64, DECODE_CTX),
-    Bucket("T", 1, 4096, PREFILL_CTX),
-)
 
 
-def logits_key(fmt: str, q_dtype: str = "fp8", arch: str = "sm_90", heads: int = SEED_HEADS, topk: int = SEED_TOPK) -> ProblemKey:
-    _check_fmt(fmt)
-    _check_q_dtype(q_dtype)
-    return ProblemKey(kernel="logits", arch=arch, heads=heads, topk=topk, window=0, formats=(fmt, q_dtype), head_dim=HEAD_DIM)
 
 
-def _key_parts(key: ProblemKey) -> tuple[RecordFormat, str]:
-    if key.kernel != "logits" or len(key.formats) != 2:
-        raise ValueError(f"a logits key has formats (cache_fmt, q_dtype), got {key.formats}")
-    return _check_fmt(key.formats[0]), _check_q_dtype(key.formats[1])
 
 
 def random_cache(fmt: str | RecordFormat, num_pages: int, page_size: int, device: str | torch.device, g: torch.Generator) -> torch.Tensor:
@@ -573,28 +348,10 @@ def verify_inputs(key: ProblemKey, inputs: dict[str, Any], outputs: torch.Tensor
     return None if err is None else f"rows {rows.tolist()[:8]}: {err}"
 
 
-def live_pairs(bucket: Bucket) -> int:
-    """(query token, key) pairs a bucket's inputs score."""
-    ctx = bucket.ctx or DECODE_CTX
-    if bucket.dim == "B":
-        return bucket.rep * ctx
-    t = bucket.rep
-    return sum(ctx - t + 1 + i for i in range(t))
 
 
-def logits_flops(key: ProblemKey, bucket: Bucket) -> int:
-    return 2 * key.heads * key.head_dim * live_pairs(bucket)
 
 
-def logits_bytes(key: ProblemKey, bucket: Bucket) -> int:
-    """The floor's bytes: every live key's record read once (prefill: the one sequence, shared by
-    all its tokens), the query and weights read, the whole output written."""
-    f, qdt = _key_parts(key)
-    ctx = bucket.ctx or DECODE_CTX
-    t = bucket.rep
-    keys = t * ctx if bucket.dim == "B" else ctx
-    qbytes = 1 if qdt == "fp8" else 2
-    return keys * f.bytes_per_token + t * key.heads * (key.head_dim * qbytes + 4) + t * ctx * 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -656,19 +413,7 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
     )
 
 
-class _LogitsFamily:
-    name = "logits"
-    template = TEMPLATE
-
-    def variants(self) -> Sequence[str]:
-        return VARIANTS
-
-    def legality(self, variant: str, target: str) -> str | None:
-        return legality(variant, target)
-
-    def config_legality(self, config: Config, target: str) -> str | None:
-        return config_legality(config, target)
-
+class LogitsFamily(LogitsSpec, KernelFamily):
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
@@ -710,29 +455,6 @@ class _LogitsFamily:
                                         "mxfp4_68 q=fp8 descriptor, scale rows too"))
         return cases
 
-    def space(self, key: ProblemKey) -> Space:
-        f, qdt = _key_parts(key)
-        return space(f, qdt, key.heads)
-
-    def canonical_config(self, key: ProblemKey, config: Config) -> Config:
-        """A wgmma sample runs with the parameters the path fixes (`wgmma_fixed`), whatever it
-        drew for them: otherwise a search would almost never draw the one feasible combination."""
-        return dot_config(config, "wgmma", heads=key.heads) if config.get("dot") == "wgmma" else config
-
-    def default_config(self, key: ProblemKey) -> Config:
-        f, qdt = _key_parts(key)
-        return default_config(f, qdt, key.heads)
-
-    def variant_of(self, config: Config) -> str:
-        return variant_of(config)
-
-    def buckets(self, key: ProblemKey) -> list[Bucket]:
-        return list(LOGITS_BUCKETS)
-
-    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
-        f, _ = _key_parts(key)
-        return render_variant(f, config["dot"], config["backend"])
-
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_inputs(key, bucket, device, seed)
 
@@ -752,8 +474,5 @@ class _LogitsFamily:
     def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
         return verify_inputs(key, inputs, outputs)
 
-    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
-        return logits_bytes(key, bucket)
 
-
-FAMILY: KernelFamily = _LogitsFamily()
+FAMILY = LogitsFamily()

@@ -1,4 +1,5 @@
-"""The pack kernel family: write NVFP4/MXFP4/FP8 records into a paged cache (FORMATS.md "pack")."""
+"""The pack kernel family: write NVFP4/MXFP4/FP8 records into a paged cache (FORMATS.md "pack").
+The space, legality and render of the family are its catalog spec (`catalog.families.pack`)."""
 
 from __future__ import annotations
 
@@ -7,70 +8,15 @@ from typing import Any, Sequence
 import torch
 import triton
 
-from tuner import render as R
-from tuner.core import Bucket, Config, ProblemKey
-from tuner.formats import FORMATS, RecordFormat, alloc_cache, get_format, page_bytes, quantize, read_slots
-from tuner.kernels.base import (E2M1_BACKENDS, KernelFamily, Param, Space, XCompileCase, device_generator,
-                                 e2m1_backend_legality)
+from catalog.core import Bucket, Config, ProblemKey
+from catalog.families.pack import (PACK_PAGE_SIZE, PackSpec, default_config, nt_pad, render_variant,  # noqa: F401
+                                   space)
+from catalog.codecs import E2M1_BACKENDS, e2m1_backend_legality
+from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
+from templates import render as R
+from tuner.formats import alloc_cache, quantize, read_slots
+from tuner.kernels.base import KernelFamily, XCompileCase, device_generator
 from tuner.targets import detect
-
-TEMPLATE = "pack.py.j2"
-
-
-def nt_pad(f: RecordFormat) -> int:
-    return triton.next_power_of_2(f.n_tiles)
-
-
-def space(fmt: str | RecordFormat) -> Space:
-    """The pack search space for one record format. The e2m1 backend is an axis only where the
-    format has e2m1 elements; elsewhere the codec is integer e4m3 and the axis would be a no-op."""
-    f = get_format(fmt)
-    nt = nt_pad(f)
-    backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
-
-    def _fits(c: Config) -> str | None:
-        elems = c["BLOCK_T"] * c["TILES_PER_PROG"] * f.tile
-        if elems > 8192:  # more than 8K fp32 values live per program spill on every target
-            return f"{elems} elements per program is too many"
-        if c["num_warps"] > 1 and elems < 32 * c["num_warps"]:
-            return f"{elems} elements per program cannot occupy {c['num_warps']} warps"
-        return None
-
-    block_t, tiles, warps = MEASURED_DEFAULTS.get(f.name, (4, nt, 4))
-    return Space(
-        params=(
-            Param("backend", backends, "soft", render=True),
-            Param("BLOCK_T", (1, 2, 4, 8, 16), block_t),
-            Param("TILES_PER_PROG", tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= nt), tiles),
-            Param("num_warps", (1, 2, 4, 8), warps),
-            Param("num_stages", (1,), 1),  # no loop to pipeline
-        ),
-        constraints=(_fits,),
-    )
-
-
-# Defaults per format: (BLOCK_T, TILES_PER_PROG, num_warps), the fastest of a 40 (nvfp4_288) / 16
-# config sweep packing 1M bf16 tokens on an H200 (benchmarks/results/pack_h200.md, triton 3.6.0).
-# Fewer, fuller threads win: the kernel is bound by instruction issue, and a thread that owns whole
-# tiles reduces them without shuffles.
-MEASURED_DEFAULTS: dict[str, tuple[int, int, int]] = {
-    "nvfp4_288": (4, 32, 2),
-    "fp8_528": (8, 8, 1),
-    "fp8_584": (8, 4, 1),
-    "mxfp4_68": (4, 4, 1),
-    "fp8_132": (16, 1, 2),
-}
-
-
-def default_config(fmt: str | RecordFormat) -> Config:
-    return space(fmt).default()
-
-
-def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
-    f = get_format(fmt)
-    if backend not in E2M1_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}")
-    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": backend})
 
 
 def pack(
@@ -120,21 +66,6 @@ def pack(
     return cache
 
 
-def pack_bytes(fmt: str | RecordFormat, n_tokens: int, in_bytes: int = 2) -> int:
-    """Bytes a pack of n tokens must read (input row + slot) and write (record)."""
-    f = get_format(fmt)
-    return n_tokens * (f.dims * in_bytes + 8 + f.bytes_per_token)
-
-
-def pack_key(fmt: str, arch: str) -> ProblemKey:
-    """Pack has no heads/topk/window of its own; its key is the record format on an arch."""
-    return ProblemKey(kernel="pack", arch=arch, heads=0, topk=0, window=0, formats=(fmt,), head_dim=get_format(fmt).dims)
-
-# Token-count buckets: a decode step packs a few tokens, a prefill chunk thousands.
-PACK_BUCKETS = (Bucket("N", 1, 64), Bucket("N", 65, 1024), Bucket("N", 1025, 16384), Bucket("N", 16385, 1 << 20))
-PACK_PAGE_SIZE = 64
-
-
 VERIFY_ROWS = 1 << 16  # records the bench child checks per candidate (benchmarks/bench_pack.py checks all)
 
 
@@ -151,28 +82,7 @@ def verify_rows(n: int, device: str | torch.device) -> torch.Tensor:
     return rows.to(device)
 
 
-class _PackFamily:
-    name = "pack"
-    template = TEMPLATE
-
-    def variants(self) -> Sequence[str]:
-        return E2M1_BACKENDS
-
-    def space(self, key: ProblemKey) -> Space:
-        return space(key.formats[0])
-
-    def default_config(self, key: ProblemKey) -> Config:
-        return default_config(key.formats[0])
-
-    def variant_of(self, config: Config) -> str:
-        return str(config["backend"])
-
-    def buckets(self, key: ProblemKey) -> list[Bucket]:
-        return list(PACK_BUCKETS)
-
-    def render(self, key: ProblemKey, config: Config) -> R.Rendered:
-        return render_variant(key.formats[0], config["backend"])
-
+class PackFamily(PackSpec, KernelFamily):
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         f = get_format(key.formats[0])
         n = bucket.rep
@@ -196,16 +106,10 @@ class _PackFamily:
         bad = (got != want).any(dim=1)
         return f"{int(bad.sum())} of {len(bad)} records checked differ from the reference" if bad.any() else None
 
-    def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
-        return pack_bytes(key.formats[0], bucket.rep)
-
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on."""
         return (frozenset({"cache_ptr", "cache16_ptr"}),)
-
-    def legality(self, variant: str, target: str) -> str | None:
-        return e2m1_backend_legality(variant, target)
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """Each backend on the e2m1 formats it converts, plus `soft` on every fp8 format."""
@@ -232,4 +136,4 @@ class _PackFamily:
         return cases
 
 
-FAMILY: KernelFamily = _PackFamily()
+FAMILY = PackFamily()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tuner.core import Bucket, ProblemKey
+from catalog.core import Bucket, ProblemKey
 
 DECODE_FORMATS = ("nvfp4_288", "fp8_528")  # (compressed cache, sliding-window cache): V4.1
 LOGITS_FORMATS = ("mxfp4_68", "fp8")  # (indexer K cache, query dtype)
@@ -22,7 +22,7 @@ def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: i
     no window."""
     fm = tuple(formats) if formats else ()
     if kernel == "pack":
-        from tuner.kernels.pack import pack_key
+        from catalog.families.pack import pack_key
 
         if len(fm) > 1:
             raise ValueError(f"pack takes one record format, got {list(fm)}")

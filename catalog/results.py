@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core import Bucket, Config, ProblemKey, TrialStatus
+from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 
 
 @dataclass(frozen=True)

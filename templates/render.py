@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import jinja2
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,34 @@
+"""The e2m1 conversion backends every template that converts e2m1 shares (templates/_codecs.py.j2),
+and where each may be rendered: a variant with one vendor's inline asm must never be rendered for
+another (DESIGN.md, architecture facts)."""
+
+from __future__ import annotations
+
+E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
+# Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
+# table, four nibbles a lookup, and writes fp32 bit patterns (or, for a bf16 dot, bf16 products
+# with the scale) directly; it has no encoding side.
+E2M1_READ_BACKENDS: tuple[str, ...] = E2M1_BACKENDS + ("lut",)
+
+_E2M1_ILLEGAL: dict[tuple[str, str], str] = {
+    ("ptx", "sm_90"): "cvt.rn.satfinite.e2m1x2.f32 needs sm_100a or newer; ptxas rejects it on sm_90",
+    ("ptx", "gfx942"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("ptx", "gfx950"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("ptx", "interp"): "Triton's interpreter has no inline asm",
+    ("gfx950", "sm_90"): "AMDGPU inline asm cannot be compiled by the NVPTX backend",
+    ("gfx950", "sm_100"): "AMDGPU inline asm cannot be compiled by the NVPTX backend",
+    ("gfx950", "gfx942"): "v_cvt_scalef32_pk_*fp4* exists only from gfx950 on",
+    ("gfx950", "interp"): "Triton's interpreter has no inline asm",
+    ("lut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("lut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
+    ("lut", "interp"): "Triton's interpreter has no inline asm",
+}
+
+
+def e2m1_backend_legality(backend: str, target: str) -> str | None:
+    if backend not in E2M1_READ_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_READ_BACKENDS)}")
+    if target not in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
+        # Architectures without rows of their own: only the portable backend is known to be legal.
+        return None if backend == "soft" else f"{backend} is only known legal on its own architecture"
+    return _E2M1_ILLEGAL.get((backend, target))
