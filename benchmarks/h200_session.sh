@@ -53,7 +53,7 @@ for phase in "$@"; do
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
     ;;
   tune)  # issue 5's run: kvtune tune for decode at the seed shape over T = 1..64, within its budget
-    timeout $(( $(left) - 5 )) python3 -m tuner.cli tune --kernel decode --arch auto --heads 16 --topk 512 --window 128 \
+    timeout $(( $(left) - 5 )) python3 -m kvtune.cli tune --kernel decode --arch auto --heads 16 --topk 512 --window 128 \
       --trials 8 --time-budget $(( $(left) - 60 )) --out "$OUT/results/tune_decode_h200.json" >"$OUT/tune_decode.log" 2>&1
     echo "tune rc=$?" >>"$OUT/tune_decode.log"
     ;;

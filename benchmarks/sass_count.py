@@ -25,7 +25,7 @@ from benchmarks.common import sass_opcodes  # noqa: E402
 from templates import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
 from catalog.families.pack import render_variant  # noqa: E402
-from tuner.targets import get_target  # noqa: E402
+from tuner.targets import get_target, gpu_target  # noqa: E402
 
 SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16", "n_tokens": "i32",
              "stride_w": "i32", "page_size": "i32", "page_bytes": "i32", "BLOCK_T": "constexpr",
@@ -39,7 +39,7 @@ def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, c
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED}
     src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
                     constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True})
-    k = triton.compile(src, target=get_target("sm_90").gpu_target(), options={"num_warps": warps, "num_stages": 1})
+    k = triton.compile(src, target=gpu_target(get_target("sm_90")), options={"num_warps": warps, "num_stages": 1})
     ops = collections.Counter(sass_opcodes(k.asm["cubin"]))
     n = sum(ops.values())
     elems = block_t * tiles * get_format(fmt).tile

@@ -1,8 +1,8 @@
 """Compilation targets: the four GPU architectures kvtune builds for, plus Triton's interpreter.
 
-A `Target` knows its Triton `GPUTarget` (built on demand), so any variant can be cross-compiled for
-any architecture on a machine without a GPU. Torch-free: the API validates arch names here; the
-local device's target is `tuner.targets.detect()`.
+Torch- and triton-free: the API validates arch names here. The tuner turns a target into Triton's
+`GPUTarget` (`tuner.targets.gpu_target`), so any variant can be cross-compiled for any architecture
+on a machine without a GPU, and names the local one (`tuner.targets.detect()`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,6 @@ class Target:
     @property
     def is_gpu(self) -> bool:
         return self.backend != "interp"
-
-    def gpu_target(self):  # -> triton.backends.compiler.GPUTarget
-        if not self.is_gpu:
-            raise ValueError("the interpreter has no GPUTarget: it runs Triton's Python semantics on the CPU")
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget(self.backend, self.arch, self.warp_size)
 
 
 TARGETS: dict[str, Target] = {

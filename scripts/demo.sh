@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q torch==2.13.0 -e .
+.venv/bin/python -m pip install -q torch==2.13.0 -e '.[tuner]'
 exec .venv/bin/kvtune demo "$@"

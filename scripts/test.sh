@@ -8,5 +8,5 @@ command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch==2.13.0 named first takes the CPU build on this machine's disk instead of a CUDA download.
-.venv/bin/python -m pip install -q torch==2.13.0 -e '.[test]'
+.venv/bin/python -m pip install -q torch==2.13.0 -e '.[tuner,test]'
 exec .venv/bin/python -m pytest -q --durations=15 "$@"

@@ -302,7 +302,7 @@ def compile_request(req: dict[str, Any]) -> Any:
     import triton
 
     from templates import render as R
-    from tuner.targets import get_target
+    from tuner.targets import get_target, gpu_target
 
     target = get_target(req["target"])
     mod = R.load(R.Rendered(req["template"], req["source"]))
@@ -315,12 +315,12 @@ def compile_request(req: dict[str, Any]) -> Any:
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, ty in req["signature"].items()
              if ty.startswith("*") or a in aligned}
     src = ast_source(fn, req["signature"], req["constexprs"], attrs)
-    return triton.compile(src, target=target.gpu_target(),
+    return triton.compile(src, target=gpu_target(target),
                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
 
 
 def _child(req: dict[str, Any]) -> dict[str, Any]:
-    from tuner.targets import get_target
+    from tuner.targets import get_target, gpu_target
 
     target = get_target(req["target"])
     try:

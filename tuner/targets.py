@@ -8,6 +8,15 @@ import os
 from catalog.targets import GPU_TARGETS, TARGETS, Target, get_target  # noqa: F401  (re-exported)
 
 
+def gpu_target(target: Target):  # -> triton.backends.compiler.GPUTarget
+    """Triton's `GPUTarget` for `target`, what `triton.compile` cross-compiles for (no GPU needed)."""
+    if not target.is_gpu:
+        raise ValueError("the interpreter has no GPUTarget: it runs Triton's Python semantics on the CPU")
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget(target.backend, target.arch, target.warp_size)
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

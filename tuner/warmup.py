@@ -441,7 +441,7 @@ def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
     """Cross-compile one key for `target` (default: the key's) with exactly its specialisation --
     no device needed. Must run without TRITON_INTERPRET (the module's kernels must be JITFunctions)."""
     from tuner.compile import ast_source
-    from tuner.targets import get_target
+    from tuner.targets import get_target, gpu_target
 
     tname = target or key.target
     backend = backend_class(tname)
@@ -453,5 +453,5 @@ def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:
     attrs = {(names.index(a.name),): backend.parse_attr(a.spec) for a in key.args
              if a.type != "constexpr" and isinstance(a.spec, str) and a.spec}
     src = ast_source(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=get_target(tname).gpu_target(),
+    return triton.compile(src, target=gpu_target(get_target(tname)),
                           options={"num_warps": key.num_warps, "num_stages": key.num_stages})

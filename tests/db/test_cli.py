@@ -12,11 +12,11 @@ from tests.service.procs import REPO, service_env
 
 def test_kvtune_db_upgrade_and_current(db_url: str) -> None:
     env = service_env(db_url)
-    cur = subprocess.run([sys.executable, "-m", "tuner.cli", "db", "current"], env=env, cwd=REPO,
+    cur = subprocess.run([sys.executable, "-m", "kvtune.cli", "db", "current"], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert cur.returncode == 0, cur.stderr
     assert "revision None" in cur.stdout
-    up = subprocess.run([sys.executable, "-m", "tuner.cli", "db", "upgrade"], env=env, cwd=REPO,
+    up = subprocess.run([sys.executable, "-m", "kvtune.cli", "db", "upgrade"], env=env, cwd=REPO,
                         capture_output=True, text=True, timeout=60)
     assert up.returncode == 0, up.stderr
     head = migrate.head_revision()

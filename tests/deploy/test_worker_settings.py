@@ -23,7 +23,7 @@ FAKE = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune"}
 
 
 def worker(db_url: str, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner.cli", "worker", *args], cwd=REPO, env=service_env(db_url, **env),
+    return subprocess.run([sys.executable, "-m", "kvtune.cli", "worker", *args], cwd=REPO, env=service_env(db_url, **env),
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -62,7 +62,7 @@ def service_env(db_url: str, **extra: str) -> dict[str, str]:
 
 def kvtune(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     fh = open(log, "ab")
-    return subprocess.Popen([sys.executable, "-m", "tuner.cli", *args], cwd=REPO, env=env, stdout=fh,
+    return subprocess.Popen([sys.executable, "-m", "kvtune.cli", *args], cwd=REPO, env=env, stdout=fh,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -238,7 +238,7 @@ def test_xcompile_table_matches_the_issue() -> None:
     targets; wgmma (Gluon, Hopper) only on sm_90 -- for the main kernel of every issue pair, its
     split build, and the combine kernel; the combine as a programmatic dependent launch (the wgmma
     path's, griddepcontrol) on the NVIDIA targets only."""
-    out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "decode", "--json"],
+    out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "decode", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     expect = {"soft": {"sm_90", "sm_100", "gfx942", "gfx950"}, "ptx": {"sm_100"}, "gfx950": {"gfx950"},

@@ -283,7 +283,7 @@ def test_legality_table() -> None:
 def test_xcompile_table_matches_the_issue() -> None:
     """Every variant cross-compiles exactly where the legality table says, on all four targets; the
     process aborts of the illegal inline-asm ones are rows of the table, not crashes of the tool."""
-    out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "logits", "--json"],
+    out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "logits", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     seen = set()

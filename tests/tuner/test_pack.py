@@ -101,7 +101,7 @@ def test_rendered_sources_match_golden(fmt: str) -> None:
 def test_xcompile_table_matches_the_issue() -> None:
     """soft compiles on all four GPU targets; ptx only on sm_100; gfx950 only on gfx950 -- and the
     process aborts of the illegal ones are rows of the table, not crashes of the tool."""
-    out = subprocess.run([sys.executable, "-m", "tuner.cli", "xcompile", "--kernel", "pack", "--json"],
+    out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "pack", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     expect = {

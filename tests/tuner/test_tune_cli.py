@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_kvtune_tune_pack_on_the_interpreter(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "tune", "--kernel", "pack", "--arch", "interp", "--trials", "3",
+        [sys.executable, "-m", "kvtune.cli", "tune", "--kernel", "pack", "--arch", "interp", "--trials", "3",
          "--formats", "mxfp4_68", "--buckets", "1-16", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )

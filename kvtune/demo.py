@@ -89,7 +89,7 @@ def main_demo(trials: int | None = None, time_budget_s: float | None = None) -> 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p)
     logs = work / "service.log"
     print(f"kvtune demo: API + worker on {arch} ({'Triton interpreter, CPU timings' if small else 'GPU'}); state in {work}")
-    cli = [sys.executable, "-m", "tuner.cli"]
+    cli = [sys.executable, "-m", "kvtune.cli"]
     with open(logs, "ab") as log:
         server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
         worker = subprocess.Popen([*cli, "worker", "--arch", arch, "--once"], env=env, stdout=log, stderr=log)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Sequence
 
-from tuner.targets import GPU_TARGETS, TARGETS
+from catalog.targets import GPU_TARGETS, TARGETS
 
 
 def _cmd_xcompile(args: argparse.Namespace) -> int:
@@ -29,13 +29,13 @@ def _cmd_xcompile(args: argparse.Namespace) -> int:
 
 
 def _cmd_pack_demo(args: argparse.Namespace) -> int:
-    from tuner.demo import pack_demo
+    from kvtune.demo import pack_demo
 
     return pack_demo(tokens=args.tokens, page_size=args.page_size)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from tuner.demo import main_demo
+    from kvtune.demo import main_demo
 
     return main_demo(trials=args.trials, time_budget_s=args.time_budget)
 
@@ -48,7 +48,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from tuner.worker import main as worker_main
+    from kvtune.worker import main as worker_main
 
     return worker_main(gpu=args.gpu, arch=args.arch, once=args.once, max_idle_s=args.max_idle, lease_s=args.lease,
                        heartbeat_s=args.heartbeat, poll_s=args.poll, concurrency=args.concurrency,

@@ -1,0 +1,1 @@
+"""The app layer: the worker, the command line and the demo, above both `db` and `tuner`."""
