@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tuner.bench import TIMING_SEED0
+from tuner.bench.protocol import TIMING_SEED0
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.space import Param, Space
 from tuner.kernels.base import KernelFamily, XCompileCase

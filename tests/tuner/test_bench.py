@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.tuner.fault_family import KEY, NAME
-from tuner.bench import (BenchRunner, BenchUnavailable, Candidate, Measurement, SimulatedRunner, load_table,
-                         new_table, save_table, synthetic_table, table_put)
+from tuner.bench.protocol import BenchUnavailable, Candidate, Measurement
+from tuner.bench.runner import BenchRunner
+from tuner.bench.simulation import (SimulatedRunner, load_table, new_table, save_table, synthetic_table,
+                                   table_put)
 from tuner.compile import SHARED_LIMIT, compile_candidate
 from catalog.core import Bucket, Config, TrialStatus
 from tuner.kernels import get_family
