@@ -68,6 +68,16 @@ def test_building_timing_sets_is_not_the_candidates_time(monkeypatch: pytest.Mon
         assert "no result within 1s (in phase sets)" in (m.error or "")
 
 
+def test_the_child_runs_as_its_module_and_loads_no_app_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child is `python -m tuner.bench.child`, and after rendering, building inputs, running and
+    # verifying a candidate it has imported neither db nor api (nor the kvtune app layer).
+    monkeypatch.setenv("KVTUNE_FAULT_MODULES", "1")
+    with BenchRunner("interp", trial_timeout_s=60) as r:
+        m = r.evaluate(cand("ok", 1))
+    assert m.status is TrialStatus.WRONG_RESULT  # the hook reports through verify's error text
+    assert m.error == "main=tuner.bench.child app="
+
+
 def test_wrong_values_are_wrong_result(runner: BenchRunner) -> None:
     m = runner.evaluate(cand("wrong"))
     assert m.status is TrialStatus.WRONG_RESULT
