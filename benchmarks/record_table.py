@@ -1,7 +1,7 @@
 """Record a timing table: the full grid of one realistic space per kernel (`TABLE_SPACES`: the
 family's space with some choices left out), every bucket, measured on
 the local GPU through the benchmark child (verified, CUDA-graph timed). The tables feed the
-simulated runner (`tuner.bench.SimulatedRunner`) that search tests and
+simulated runner (`tuner.bench.simulation.SimulatedRunner`) that search tests and
 `benchmarks/search_efficiency.py` replay on a CPU.
 
     python benchmarks/record_table.py --kernel decode --time-limit 540           # one H200
@@ -29,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.bench import BenchRunner, Candidate, load_table, new_table, save_table, table_put  # noqa: E402
+from tuner.bench.protocol import Candidate  # noqa: E402
+from tuner.bench.runner import BenchRunner  # noqa: E402
+from tuner.bench.simulation import load_table, new_table, save_table, table_put  # noqa: E402
 from catalog.core import Bucket, Config, ProblemKey, TrialStatus  # noqa: E402
 from tuner.kernels import get_family  # noqa: E402
 from catalog.keys import make_key, parse_buckets  # noqa: E402

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna  # noqa: E402
 
-from tuner.bench import SimulatedRunner, load_table, synthetic_table, table_space  # noqa: E402
+from tuner.bench.simulation import SimulatedRunner, load_table, synthetic_table, table_space  # noqa: E402
 from catalog.core import Bucket, ProblemKey, TrialStatus  # noqa: E402
 from catalog.space import Space  # noqa: E402
 from catalog.results import TrialRecord  # noqa: E402

@@ -71,7 +71,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import optuna
     from tqdm import tqdm
 
-    from tuner.bench import BenchRunner
+    from tuner.bench.runner import BenchRunner
     from tuner.kernels import get_family
     from catalog.keys import make_key, parse_buckets
     from catalog.results import format_tune_table

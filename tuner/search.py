@@ -1,5 +1,6 @@
 """Search a kernel family's space per (problem key, bucket) with Optuna, measuring every candidate
-through a runner (`tuner.bench.BenchRunner` on a device, `SimulatedRunner` on a recorded table).
+through a runner (`tuner.bench.runner.BenchRunner` on a device, `tuner.bench.simulation.SimulatedRunner`
+on a recorded table).
 
 - One Optuna study per (key, bucket), named `<key.slug()>/<bucket.name()>`, in memory or in the RDB
   storage passed in (so several workers of one arch can share a study).
@@ -35,7 +36,8 @@ from tuner.kernels import get_family
 from tuner.kernels.base import KernelFamily
 
 if TYPE_CHECKING:
-    from tuner.bench import BenchRunner, Runner
+    from tuner.bench.protocol import Runner
+    from tuner.bench.runner import BenchRunner
 
 SEARCHES = ("tpe", "random", "grid")
 RECORD_ATTR = "kvtune_record"
@@ -137,7 +139,7 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
     (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
     sub-grid); its default is then trial 0."""
-    from tuner.bench import Candidate
+    from tuner.bench.protocol import Candidate
 
     fam = get_family(family)
     target = runner.target
@@ -253,7 +255,7 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
     `should_stop` is polled between trials for a clean early exit. A key whose arch is "auto" takes
     the runner's target. `space` replaces the family's search space (see `tune_bucket`).
     """
-    from tuner.bench import BenchRunner
+    from tuner.bench.runner import BenchRunner
 
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; known: {list(SEARCHES)}")

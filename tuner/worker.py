@@ -363,7 +363,7 @@ class Worker:
         call otherwise); None for a tuner stand-in, which brings its own."""
         if getattr(self.tune, "__module__", "") != "tuner.search":
             return None
-        from tuner.bench import BenchRunner
+        from tuner.bench.runner import BenchRunner
 
         return BenchRunner(self.arch)
 

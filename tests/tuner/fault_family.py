@@ -13,11 +13,14 @@ configs measurably different. Loaded by dotted path: `get_family("tests.tuner.fa
     illegal a variant the legality table forbids everywhere (-> illegal_on_arch / pruned)
 
 KVTUNE_FAULT_SETS_S (seconds, read in the bench child) makes building the timing input sets slow.
+KVTUNE_FAULT_MODULES=1 makes verify fail with what the child process is: the module it runs as
+`__main__` and which app-layer packages (db, api, kvtune) it has loaded.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any, Sequence
 
@@ -25,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tuner.bench import TIMING_SEED0
+from tuner.bench.protocol import TIMING_SEED0
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.space import Param, Space
 from tuner.kernels.base import KernelFamily, XCompileCase
@@ -103,6 +106,10 @@ class _FaultFamily(KernelFamily):
         return y + 1 if mode == "wrong" else y
 
     def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        if os.environ.get("KVTUNE_FAULT_MODULES"):
+            main = getattr(sys.modules["__main__"].__spec__, "name", None)
+            app = sorted({m.split(".")[0] for m in sys.modules} & {"db", "api", "kvtune"})
+            return f"main={main} app={','.join(app)}"
         bad = int((outputs != inputs["x"] * 2).sum())
         return f"{bad} of {outputs.numel()} values differ from 2x" if bad else None
 

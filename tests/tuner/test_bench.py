@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.tuner.fault_family import KEY, NAME
-from tuner.bench import (BenchRunner, BenchUnavailable, Candidate, Measurement, SimulatedRunner, load_table,
-                         new_table, save_table, synthetic_table, table_put)
+from tuner.bench.protocol import BenchUnavailable, Candidate, Measurement
+from tuner.bench.runner import BenchRunner
+from tuner.bench.simulation import (SimulatedRunner, load_table, new_table, save_table, synthetic_table,
+                                   table_put)
 from tuner.compile import SHARED_LIMIT, compile_candidate
 from catalog.core import Bucket, Config, TrialStatus
 from tuner.kernels import get_family
@@ -64,6 +66,16 @@ def test_building_timing_sets_is_not_the_candidates_time(monkeypatch: pytest.Mon
         m = r.evaluate(cand("ok", 1))
         assert m.status is TrialStatus.TIMEOUT
         assert "no result within 1s (in phase sets)" in (m.error or "")
+
+
+def test_the_child_runs_as_its_module_and_loads_no_app_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child is `python -m tuner.bench.child`, and after rendering, building inputs, running and
+    # verifying a candidate it has imported neither db nor api (nor the kvtune app layer).
+    monkeypatch.setenv("KVTUNE_FAULT_MODULES", "1")
+    with BenchRunner("interp", trial_timeout_s=60) as r:
+        m = r.evaluate(cand("ok", 1))
+    assert m.status is TrialStatus.WRONG_RESULT  # the hook reports through verify's error text
+    assert m.error == "main=tuner.bench.child app="
 
 
 def test_wrong_values_are_wrong_result(runner: BenchRunner) -> None:

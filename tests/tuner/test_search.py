@@ -12,7 +12,9 @@ import optuna
 import pytest
 
 from tests.tuner.fault_family import KEY, NAME
-from tuner.bench import BenchRunner, Candidate, Measurement, SimulatedRunner, synthetic_table
+from tuner.bench.protocol import Candidate, Measurement
+from tuner.bench.runner import BenchRunner
+from tuner.bench.simulation import SimulatedRunner, synthetic_table
 from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 from tuner.kernels import get_family
 from catalog.families.pack import PACK_BUCKETS, pack_key
@@ -201,7 +203,7 @@ def test_key_and_runner_must_agree(table: dict) -> None:
 def test_a_table_recorded_over_a_sub_grid_is_searched_on_that_grid(table: dict) -> None:
     # What benchmarks/record_table.py does: record a restriction of the family's space; the search
     # then runs on the table's own grid and never asks for a config outside it (the runner raises).
-    from tuner.bench import table_space
+    from tuner.bench.simulation import table_space
     from catalog.families.pack import space as pack_space
 
     sub = pack_space("nvfp4_288").restrict({"BLOCK_T": (2, 4), "num_warps": (1, 2)})
@@ -242,7 +244,7 @@ def test_search_efficiency_report_on_a_recorded_sub_grid(table: dict, tmp_path: 
     # it cut short by the recorder's time limit (skipped: its best is unknown).
     import sys
 
-    from tuner.bench import save_table
+    from tuner.bench.simulation import save_table
     from catalog.families.pack import space as pack_space
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -273,7 +275,7 @@ def test_recorded_h200_tables_replay_on_the_cpu(kernel: str) -> None:
     # The tables recorded on the H200 (benchmarks/tables/) drive the search as the GPU did: on the
     # table's own grid, the exhaustive search of a bucket ends at the grid's size with the recorded
     # best as the winner, and TPE's winner within the same budget is a recorded, verified entry.
-    from tuner.bench import load_table, table_space
+    from tuner.bench.simulation import load_table, table_space
 
     table = load_table(Path(__file__).resolve().parents[2] / "benchmarks" / "tables" / f"{kernel}.json")
     assert table["meta"]["complete"] and not table["meta"]["synthetic"] and table["meta"]["device_name"] == "NVIDIA H200"
@@ -300,7 +302,7 @@ def test_a_variant_that_fixes_parameters_is_reached_and_measured_once() -> None:
     # config, so a random search still reaches it where it is one feasible combination among the
     # 256 raw wgmma samples of the space, and measures it once. SYNTHETIC times: wgmma 1 us,
     # every other config 5 us or more.
-    from tuner.bench import new_table, table_put
+    from tuner.bench.simulation import new_table, table_put
     from catalog.families.logits import dot_config, logits_key
     from catalog.families.logits import space as logits_space
 
@@ -329,7 +331,7 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
     # decode on sm_90 seeds its wgmma path: trial 1 of every search (not grid, which enqueues the
     # whole grid itself), whatever the sampler would draw; nothing is seeded where it cannot run.
     # SYNTHETIC times: wgmma 1 us, every other config 5 us or more.
-    from tuner.bench import new_table, table_put
+    from tuner.bench.simulation import new_table, table_put
     from catalog.families.decode import decode_key, wgmma_config
     from catalog.families.decode import space as decode_space
 
