@@ -1,4 +1,6 @@
-"""The `kvtune` command line."""
+"""The `kvtune` command line: offline tools (xcompile, tune, demo) and the service (serve, worker, db).
+
+Every command imports what it needs when it runs, so `kvtune serve` loads no torch."""
 
 from __future__ import annotations
 
@@ -42,8 +44,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from api.server import serve
+    from catalog.settings import Settings
 
-    serve(host=args.host, port=args.port)
+    settings = Settings(database_url=args.database_url) if args.database_url else Settings()
+    serve(host=args.host, port=args.port, settings=settings)
     return 0
 
 
@@ -112,71 +116,148 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0 if all(b.best is not None for b in result.buckets) and result.buckets else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvtune", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+EXAMPLES = """\
+examples:
+  kvtune demo                                          tune the seed shape here and show tuned vs default
+  kvtune xcompile --kernel decode                      every variant cross-compiled for every target (no GPU)
+  kvtune tune --kernel pack --arch interp --formats mxfp4_68 --buckets 1-16 --trials 3
+  kvtune serve --port 8000                             the HTTP API (KVTUNE_DATABASE_URL, KVTUNE_API_TOKEN)
+  kvtune worker --gpu 0                                claim tune jobs for this GPU
+  kvtune completion bash > /etc/bash_completion.d/kvtune
 
-    x = sub.add_parser("xcompile", help="cross-compile every variant of a kernel for every target (no GPU needed)")
-    x.add_argument("--kernel", required=True, choices=["pack", "decode", "logits"])
-    x.add_argument("--target", action="append", choices=[t for t in TARGETS if t != "interp"])
+settings: every flag that is not given falls back to its KVTUNE_* environment variable
+(see catalog/settings.py), e.g. KVTUNE_DATABASE_URL=postgresql+psycopg://user@host/kvtune.
+"""
+KERNELS = ("pack", "decode", "logits")
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every flag's default shown where it has one (a None default says its fallback in words), and
+    the examples' layout kept."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if d is not None and d is not False and d is not argparse.SUPPRESS and "(default" not in text and action.option_strings:
+            text += f" (default: {action.default})"
+        return text
+
+
+def _database_url(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database-url", default=None, metavar="URL",
+                   help="SQLAlchemy URL of the database (default: KVTUNE_DATABASE_URL, else sqlite:///kvtune.db)")
+
+
+def _add_offline_commands(sub: argparse._SubParsersAction) -> None:
+    x = sub.add_parser("xcompile", formatter_class=_Help,
+                       help="cross-compile every variant of a kernel for every target (no GPU needed)")
+    x.add_argument("--kernel", required=True, choices=KERNELS, help="the kernel family")
+    x.add_argument("--target", action="append", choices=list(GPU_TARGETS),
+                   help="a target to compile for (repeatable; default: all four GPU targets)")
     x.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    x.add_argument("--jobs", type=int, default=None, help="parallel compiler children")
+    x.add_argument("--jobs", type=int, default=None, help="parallel compiler children (default: the CPU count)")
     x.set_defaults(func=_cmd_xcompile)
 
-    pd = sub.add_parser("pack-demo", help="pack random tokens on the local GPU (or the interpreter) and check them")
-    pd.add_argument("--tokens", type=int, default=None)
-    pd.add_argument("--page-size", type=int, default=64)
+    pd = sub.add_parser("pack-demo", formatter_class=_Help,
+                        help="pack random tokens on the local GPU (or the interpreter) and check them")
+    pd.add_argument("--tokens", type=int, default=None, help="tokens per format (default: 4096 on a GPU, 64 off one)")
+    pd.add_argument("--page-size", type=int, default=64, help="tokens per cache page")
     pd.set_defaults(func=_cmd_pack_demo)
 
-    d = sub.add_parser("demo", help="the main job: what the README's first command runs")
+    d = sub.add_parser("demo", formatter_class=_Help, help="the main job: what the README's first command runs")
     d.add_argument("--trials", type=int, default=None, help="trials per bucket (default: 24 on a GPU, 2 on the interpreter)")
-    d.add_argument("--time-budget", type=float, default=None, help="seconds for the whole tune job")
+    d.add_argument("--time-budget", type=float, default=None, help="seconds for the whole tune job (default: no limit)")
     d.set_defaults(func=_cmd_demo)
 
-    sv = sub.add_parser("serve", help="the HTTP API (settings from KVTUNE_* environment variables)")
-    sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8000)
+    tu = sub.add_parser("tune", formatter_class=_Help,
+                        help="search configs per bucket on the local GPU (or the interpreter); tuned vs default")
+    tu.add_argument("--kernel", required=True, choices=KERNELS, help="the kernel family")
+    tu.add_argument("--arch", default="auto", choices=["auto", *TARGETS], help="the local device's target, or interp")
+    tu.add_argument("--heads", type=int, default=16, help="local attention heads (decode; logits always has 64 index heads)")
+    tu.add_argument("--topk", type=int, default=512, help="compressed keys a token attends to (decode, logits)")
+    tu.add_argument("--window", type=int, default=128, help="sliding-window keys (decode)")
+    tu.add_argument("--formats", default=None,
+                    help="comma list; decode: comp,win; logits: cache,q_dtype; pack: one (default: the family's)")
+    tu.add_argument("--buckets", default=None, help="lo-hi[@ctx],... (default: the kernel's buckets)")
+    tu.add_argument("--trials", type=int, default=32, help="measured candidates per bucket, the default included")
+    tu.add_argument("--search", default="tpe", choices=["tpe", "random", "grid"], help="the sampler")
+    tu.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run (default: no limit)")
+    tu.add_argument("--trial-timeout", type=float, default=120.0, help="seconds before a candidate counts as hung")
+    tu.add_argument("--no-precompile", action="store_true", help="skip the static compile check on GPU targets")
+    tu.add_argument("--storage", default=None, help="Optuna RDB URL to keep/share the studies (default: in memory)")
+    tu.add_argument("--seed", type=int, default=0, help="the sampler's seed (same seed, same trials)")
+    tu.add_argument("--out", default=None, help="write the TuneResult as JSON here")
+    tu.set_defaults(func=_cmd_tune)
+
+
+def _add_service_commands(sub: argparse._SubParsersAction) -> None:
+    sv = sub.add_parser("serve", formatter_class=_Help, help="the HTTP API (settings from KVTUNE_* environment variables)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    _database_url(sv)
     sv.set_defaults(func=_cmd_serve)
 
-    w = sub.add_parser("worker", help="claim and run tune jobs on the local GPU (one worker per GPU)")
+    w = sub.add_parser("worker", formatter_class=_Help, help="claim and run tune jobs on the local GPU (one worker per GPU)")
     w.add_argument("--gpu", type=int, default=None, help="GPU index this worker owns (sets *_VISIBLE_DEVICES)")
     w.add_argument("--arch", choices=list(TARGETS), default=None, help="override target detection (e.g. interp)")
     w.add_argument("--once", action="store_true", help="exit after one job")
-    w.add_argument("--max-idle", type=float, default=None, help="exit after this many seconds without a job")
+    w.add_argument("--max-idle", type=float, default=None, help="exit after this many seconds without a job (default: never)")
     w.add_argument("--lease", type=float, default=None, help="lease seconds (default KVTUNE_LEASE_S or 60)")
     w.add_argument("--heartbeat", type=float, default=None, help="heartbeat seconds (default KVTUNE_HEARTBEAT_S or lease/3)")
     w.add_argument("--poll", type=float, default=None, help="idle seconds between claims (default KVTUNE_POLL_S or 1)")
     w.add_argument("--concurrency", type=int, default=None,
                    help="jobs run at once, one thread each (default KVTUNE_CONCURRENCY or 1; keep 1 on a GPU)")
-    w.add_argument("--database-url", default=None, help="default: KVTUNE_DATABASE_URL")
+    _database_url(w)
     w.add_argument("--name", default=None, help="prefix of this worker's lease owner id (default KVTUNE_WORKER_NAME or host:pid:gpuN)")
     w.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
                    help="join running distributed jobs of this arch when idle (default KVTUNE_JOIN_DISTRIBUTED or yes)")
     w.set_defaults(func=_cmd_worker)
 
-    tu = sub.add_parser("tune", help="search configs per bucket on the local GPU (or the interpreter); tuned vs default")
-    tu.add_argument("--kernel", required=True, choices=["pack", "decode", "logits"])
-    tu.add_argument("--arch", default="auto", choices=["auto", *TARGETS], help="must be the local device's (or interp)")
-    tu.add_argument("--heads", type=int, default=16)
-    tu.add_argument("--topk", type=int, default=512)
-    tu.add_argument("--window", type=int, default=128)
-    tu.add_argument("--formats", default=None, help="comma list; decode: comp,win; logits: cache,q_dtype; pack: one")
-    tu.add_argument("--buckets", default=None, help="lo-hi[@ctx],... (default: the kernel's buckets)")
-    tu.add_argument("--trials", type=int, default=32, help="measured candidates per bucket, the default included")
-    tu.add_argument("--search", default="tpe", choices=["tpe", "random", "grid"])
-    tu.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run")
-    tu.add_argument("--trial-timeout", type=float, default=120.0, help="seconds before a candidate counts as hung")
-    tu.add_argument("--no-precompile", action="store_true", help="skip the static compile check on GPU targets")
-    tu.add_argument("--storage", default=None, help="Optuna RDB URL to keep/share the studies (default: in memory)")
-    tu.add_argument("--seed", type=int, default=0)
-    tu.add_argument("--out", default=None, help="write the TuneResult as JSON here")
-    tu.set_defaults(func=_cmd_tune)
-
-    dbp = sub.add_parser("db", help="database schema migrations")
-    dbp.add_argument("action", choices=["upgrade", "current"])
-    dbp.add_argument("--database-url", default=None, help="default: KVTUNE_DATABASE_URL")
+    dbp = sub.add_parser("db", formatter_class=_Help, help="database schema migrations")
+    dbp.add_argument("action", choices=["upgrade", "current"], help="upgrade to head, or print the current revision")
+    _database_url(dbp)
     dbp.set_defaults(func=_cmd_db)
+
+    c = sub.add_parser("completion", formatter_class=_Help, help="print a shell completion script")
+    c.add_argument("shell", choices=["bash"], help="the shell (bash's `complete` is also read by zsh's bashcompinit)")
+    c.set_defaults(func=_cmd_completion)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kvtune", formatter_class=_Help, epilog=EXAMPLES,
+        description="Tune, serve and run Triton kernels for quantized KV caches: the NVFP4/MXFP4/FP8 cache "
+                    "writer (pack), sparse attention decode (decode) and the MQA indexer (logits).")
+    p.add_argument("--version", action="version", version=f"kvtune {_version()}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    _add_offline_commands(sub)
+    _add_service_commands(sub)
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvtune")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    """A bash completion script made from the parser itself, so it can never miss a flag."""
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cases = []
+    for name, sp in subs.choices.items():
+        words = [o for a in sp._actions for o in a.option_strings] + [c for a in sp._actions if not a.option_strings
+                                                                        for c in (a.choices or [])]
+        cases.append(f'    {name}) words="{" ".join(words)}" ;;')
+    print("_kvtune() {\n  local cur=${COMP_WORDS[COMP_CWORD]} words\n  if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
+          f'    words="{" ".join(subs.choices)} --help --version"\n  else\n  case ${{COMP_WORDS[1]}} in\n'
+          + "\n".join(cases) + "\n  esac\n  fi\n  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n}\n"
+          "complete -F _kvtune kvtune")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
