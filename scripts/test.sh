@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Set up a virtual environment and run the whole test suite (no GPU needed: Triton's interpreter
-# and cross-compilation stand in for it). The README's test command.
+# and cross-compilation stand in for it). The README's test command; .ci/run calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The dashboard tests drive Debian's headless Chromium (CI runs as root; no browser download).
-command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+phase() { printf '\n== kvtune tests: %s\n' "$*"; }
+
+if ! command -v chromium >/dev/null; then
+  # The dashboard tests drive a real headless browser: Debian's package, never a browser download.
+  phase "installing Debian's chromium for the dashboard tests (apt-get, needs root; ~1-2 min)"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+phase "virtual environment .venv/ with torch==2.13.0 (the CPU build), triton 3.6.0 and kvtune[tuner,test] (~1-3 min)"
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # torch==2.13.0 named first takes the CPU build on this machine's disk instead of a CUDA download.
-.venv/bin/python -m pip install -q torch==2.13.0 -e '.[tuner,test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 -e '.[tuner,test]'
+
+phase "pytest: the whole suite (interpreter kernels, cross-compile tables, real uvicorn, PostgreSQL, Chromium; ~10-15 min on 2 cores)"
 exec .venv/bin/python -m pytest -q --durations=15 "$@"
