@@ -252,10 +252,11 @@ def latest_job_with_trials(db: Database) -> int | None:
 
 
 def _progress_series(s: Session, job: Job) -> list[dict[str, Any]]:
-    """Per bucket, the best verified time so far against trial number (x = trial number), for the
-    job's current attempt (an earlier attempt's trials were superseded). Only the trials that
-    improved the best are points, plus the last trial, so a long study stays a small payload and
-    the line still spans the whole study."""
+    """Per bucket, the best verified time so far against the trials measured (x = how many of the
+    bucket's trials had ended by then: Optuna's trial numbers also count the pruned duplicates a
+    sampler drew, which were never run), for the job's current attempt (an earlier attempt's trials
+    were superseded). Only the trials that improved the best are points, plus the last trial, so a
+    long study stays a small payload and the line still spans the whole study."""
     trials = s.execute(
         select(TrialResult.bucket, TrialResult.bucket_json, TrialResult.number, TrialResult.status, TrialResult.time_us)
         .where(TrialResult.job_id == job.id, TrialResult.attempt == job.attempt)
@@ -266,12 +267,12 @@ def _progress_series(s: Session, job: Job) -> list[dict[str, Any]]:
         e = series.setdefault(t.bucket, {"bucket": t.bucket, "bucket_json": t.bucket_json, "best": [], "trials": 0,
                                          "failed": 0, "best_us": None, "best_number": None, "last_number": None})
         e["trials"] += 1
-        e["last_number"] = t.number
+        e["last_number"] = e["trials"]
         if t.status != "ok" or t.time_us is None:
             e["failed"] += 1
         elif e["best_us"] is None or t.time_us < e["best_us"]:
             e["best_us"], e["best_number"] = t.time_us, t.number
-            e["best"].append([t.number, t.time_us])
+            e["best"].append([e["trials"], t.time_us])
     for e in series.values():
         if e["best"] and e["best"][-1][0] != e["last_number"]:
             e["best"].append([e["last_number"], e["best_us"]])

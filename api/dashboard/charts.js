@@ -2,7 +2,7 @@
  *
  * KvCharts.bar(container, {labels, values, counts?, ref?, yLabel?})
  *   one <rect class="bar"> per non-null value; null values get a "-" marker instead of a bar.
- * KvCharts.line(container, {series: [{name, points: [[x, y], ...]}], xLabel?, yLabel?})
+ * KvCharts.line(container, {series: [{name, points: [[x, y], ...]}], xLabel?, yLabel?}), y from 0
  *   one <path class="line"> per series with data-points = its point count, one <circle class="pt"> per point.
  * Both replace the container's content with one <svg> (viewBox-scaled, so no layout measuring) and
  * draw "no data" when there is nothing to plot. Text goes in through textContent only (never HTML).
@@ -36,14 +36,14 @@
     return out;
   }
 
+  /* The one number format of the dashboard, the same as the tables' (api/routes/dashboard.py `_us`):
+   * thousands separated and whole from 1000 on, one decimal from 10, two below. */
   function fmt(v) {
     if (!finite(v)) return "-";
     var a = Math.abs(v);
-    if (a >= 1e6) return (v / 1e6).toPrecision(3) + "M";
-    if (a >= 1e4) return (v / 1e3).toPrecision(3) + "k";
-    if (a >= 100) return v.toFixed(0);
-    if (a >= 1) return +v.toPrecision(3) + "";
-    return +v.toPrecision(2) + "";
+    if (a >= 1000) return Math.round(v).toLocaleString("en-US");
+    if (a >= 10) return v.toFixed(1);
+    return v.toFixed(2);
   }
 
   function svgFor(container, label) {
@@ -116,8 +116,8 @@
     var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
     var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
     if (x1 === x0) { x0 -= 1; x1 += 1; }
-    var pad = (y1 - y0) * 0.08 || Math.abs(y1) * 0.1 || 1;
-    y0 = Math.max(0, y0 - pad); y1 += pad;
+    // Times from 0, so the drop from the default to the best reads at its true proportion.
+    y0 = 0; y1 += y1 * 0.08 || 1;
     var legendRows = Math.ceil(series.length / 4), plotBottom = H - 40 - 14 * legendRows;
     var x = function (v) { return M.left + (v - x0) / (x1 - x0) * (W - M.left - M.right); };
     var y = function (v) { return plotBottom - (v - y0) / (y1 - y0) * (plotBottom - M.top); };
@@ -136,7 +136,7 @@
       el("path", { class: "line", d: d, fill: "none", stroke: color, "stroke-width": 2, "data-points": s.points.length }, g);
       s.points.forEach(function (p) {
         var c = el("circle", { class: "pt", cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 3, fill: color }, g);
-        el("title", {}, c, s.name + " trial " + p[0] + ": " + fmt(p[1]));
+        el("title", {}, c, s.name + " after " + p[0] + " trials: " + fmt(p[1]) + " \u00b5s");
       });
       var lx = M.left + (i % 4) * 125, ly = plotBottom + 46 + Math.floor(i / 4) * 14;
       el("rect", { x: lx, y: ly - 8, width: 10, height: 10, fill: color }, svg);
@@ -148,7 +148,7 @@
   /* The study-progress spec both pages draw: best time so far against trial number, per bucket. */
   function progressSpec(series) {
     return {
-      title: "study progress", xLabel: "trial number", yLabel: "best time so far (us)", empty: "no verified trial yet",
+      title: "study progress", xLabel: "trials measured", yLabel: "best time so far (\u00b5s)", empty: "no verified trial yet",
       series: (series || []).map(function (s) { return { name: s.bucket, points: s.best }; })
     };
   }

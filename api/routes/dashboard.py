@@ -10,7 +10,6 @@ Security Policy allows scripts from this origin only, so nothing is loaded from 
 from __future__ import annotations
 
 import hashlib
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ import jinja2
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from catalog.families import family_names
+from catalog.targets import TARGETS
 from db import dashboard
 from db.errors import NotFound
 from db.session import Database
@@ -31,7 +32,6 @@ ASSETS = Path(__file__).resolve().parent.parent / "dashboard"
 STATIC = {"charts.js": "text/javascript", "dashboard.js": "text/javascript", "job.js": "text/javascript",
           "dashboard.css": "text/css"}
 MAX_LIMIT = 1000
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                                "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
@@ -90,12 +90,13 @@ def _filters(arch: str | None, kernel: str | None, limit: str | None, job: str |
     """The main page's query, checked; a list of what is wrong instead of an exception."""
     problems: list[str] = []
     out: dict[str, Any] = {"arch": None, "kernel": None, "limit": 200, "job": None}
-    for name, value in (("arch", arch), ("kernel", kernel)):
+    # The filters name catalog entries: anything else is a typo the page says, not an empty table.
+    for name, value, known in (("arch", arch, sorted(TARGETS)), ("kernel", kernel, list(family_names()))):
         if value:
-            if _NAME.match(value):
+            if value in known:
                 out[name] = value
             else:
-                problems.append(f"{name} must be 1-32 letters, digits, '_', '.' or '-' (got {value[:64]!r})")
+                problems.append(f"unknown {name} {value[:64]!r}; known: {', '.join(known)}")
     if limit not in (None, ""):
         n = _int(limit)
         if n is None or not 1 <= n <= MAX_LIMIT:
@@ -133,7 +134,7 @@ def index(arch: str | None = None, kernel: str | None = None, limit: str | None 
         try:
             progress = dashboard.study_progress(db, job_id)
         except NotFound:
-            problems.append(f"no job {job_id}")
+            return _error(404, "No such job", [f"no job {job_id}"])
     return _page(
         "index.html", data=data, filters=f, progress=progress, notices=problems,
         misses=dashboard.misses(db, arch=f["arch"], kernel=f["kernel"]),

@@ -212,12 +212,17 @@ def test_hostile_query_parameters_never_5xx(site: Site) -> None:
     # What each kind of bad input gets: a page naming the problem, 422 or 404, never a 200 that hides it.
     assert seen[repr({"arch": "<script>alert(1)</script>"})] == 422 and seen[repr({"limit": "-1"})] == 422
     assert seen[repr({"limit": "abc"})] == 422 and seen[repr({"job": "abc"})] == 422
-    assert seen[repr({"job": "999999"})] == 200  # a job that does not exist: the page says so (below)
+    assert seen[repr({"job": "999999"})] == 404  # a job that does not exist: a 404 page that says so
     assert "no job 999999" in site.http.get("/dashboard", params={"job": "999999"}).text
+    # Names that are not in the catalog are typos, not empty tables (README: 422 naming the problem).
+    for q in ({"arch": "bogus"}, {"kernel": "attention"}):
+        r = site.http.get("/dashboard", params=q)
+        assert r.status_code == 422 and f"unknown {next(iter(q))}" in r.text, (q, r.status_code)
+    assert site.http.get("/dashboard", params={"arch": "sm_90", "kernel": "pack"}).status_code == 200
     assert seen["/dashboard/jobs/abc"] == 404 and seen["/dashboard/jobs/999999"] == 404
     assert seen["/dashboard/jobs/999999/progress.json"] == 404 and seen["/dashboard/static/app.py"] == 404
     err = site.page(status=422, arch="<script>alert(1)</script>")
-    assert err.by_id("error").attrs["data-status"] == "422" and "arch must be" in err.text()
+    assert err.by_id("error").attrs["data-status"] == "422" and "unknown arch" in err.text()
     # The real job still renders, with its status.
     job = site.page(f"/dashboard/jobs/{job_id}")
     assert job.by_id("job").attrs["data-status"] == "queued"
