@@ -146,8 +146,9 @@ def _mtp_ends(ctx: list[int], next_n: int) -> list[int]:
 @pytest.mark.parametrize("page", [16, 64])
 @pytest.mark.parametrize("next_n", [1, 2])
 @pytest.mark.parametrize("fmt", ["fp8_132", "mxfp4_68"])
+@pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.bfloat16], ids=["fp8", "bf16"])
 def test_fp8_paged_mqa_logits_matches_reference(tk: TunedKernels, fmt: str, next_n: int, page: int,
-                                                device: str) -> None:
+                                                q_dtype: torch.dtype, device: str) -> None:
     b, max_len = 2, 150
     g = torch.Generator().manual_seed(next_n * page)
     ctx = [130, 37]
@@ -157,7 +158,7 @@ def test_fp8_paged_mqa_logits_matches_reference(tk: TunedKernels, fmt: str, next
     perm = torch.randperm(pages, generator=g).int()
     bt = torch.zeros(b, max(need) + 1, dtype=torch.int32)
     bt[0, : need[0]], bt[1, : need[1]] = perm[: need[0]], perm[need[0] : sum(need)]
-    q = (torch.randn(b, next_n, HI, 128, generator=g)).to(torch.float8_e4m3fn).to(device)
+    q = torch.randn(b, next_n, HI, 128, generator=g).to(q_dtype).to(device)
     w = (torch.randn(b * next_n, HI, generator=g) / 8).to(device)
     lens = torch.tensor(ctx, dtype=torch.int32, device=device)
     kv = flat.view(pages, page, 1, get_format(fmt).bytes_per_token)  # DeepGEMM's layout: a plain view
