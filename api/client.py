@@ -74,10 +74,17 @@ class KvtuneClient:
         return r.json()
 
     # -- engines -----------------------------------------------------------------------------------
-    def fetch_bundle(self, arch: str, heads: int, topk: int, window: int, formats: Sequence[str] | None = None) -> dict[str, Any]:
+    def fetch_bundle(self, arch: str, heads: int, topk: int, window: int, formats: Sequence[str] | None = None,
+                     *, triton: str | None = None, device: str | None = None) -> dict[str, Any]:
+        """The bundle of a model shape. `triton` and `device` (the engine's Triton version and GPU
+        name) let the server put configs measured with both first."""
         params: dict[str, Any] = {"arch": arch, "heads": heads, "topk": topk, "window": window}
         if formats:
             params["formats"] = ",".join(formats)
+        if triton:
+            params["triton"] = triton
+        if device:
+            params["device"] = device
         url = str(httpx.URL("/v1/configs", params=params))
         cached = self._etags.get(url)
         headers = {"If-None-Match": cached[0]} if cached else {}
@@ -88,6 +95,12 @@ class KvtuneClient:
         if r.headers.get("etag"):
             self._etags[url] = (r.headers["etag"], bundle)
         return bundle
+
+    def report_misses(self, payload: dict[str, Any]) -> Any:
+        """POST /v1/misses: an engine's counts of calls no tuned bucket covered
+        (`{"device", "triton", "misses": [{"key_slug", "dim", "n", "count"}]}`, see
+        tuner/runtime/dispatch.py). Sent from the runtime's reporter thread, never a serving call."""
+        return self._check(self._request("POST", "/v1/misses", json=payload))
 
     def kernel_source(self, source_hash: str) -> str:
         r = self._request("GET", f"/v1/kernels/{source_hash}")
