@@ -39,7 +39,7 @@ def _cmd_pack_demo(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from kvtune.demo import main_demo
 
-    return main_demo(trials=args.trials, time_budget_s=args.time_budget)
+    return main_demo(trials=args.trials, time_budget_s=args.time_budget, keep_serving=args.keep_serving)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -167,6 +167,8 @@ def _add_offline_commands(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demo", formatter_class=_Help, help="the main job: what the README's first command runs")
     d.add_argument("--trials", type=int, default=None, help="trials per bucket (default: 24 on a GPU, 2 on the interpreter)")
     d.add_argument("--time-budget", type=float, default=None, help="seconds for the whole tune job (default: no limit)")
+    d.add_argument("--keep-serving", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the API (and its dashboard) up after the demo until Ctrl-C (default: yes on a terminal)")
     d.set_defaults(func=_cmd_demo)
 
     tu = sub.add_parser("tune", formatter_class=_Help,
