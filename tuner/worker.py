@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterator
 
 from db import configs as db_configs
 from db import migrate
-from db import queue
+from db import leases, queue
 from db.errors import DomainError, LeaseLost
-from db.queue import Lease
+from db.leases import Lease
 from db.session import Database
 from catalog.core import Bucket, Config
 from catalog.results import BucketResult, TrialRecord, TuneResult
@@ -210,7 +210,7 @@ class Worker:
         def beat() -> None:
             while not done.wait(self.heartbeat_s):
                 try:
-                    if not queue.heartbeat(self.db, lease, self.lease_s):
+                    if not leases.heartbeat(self.db, lease, self.lease_s):
                         log.warning("%s: job %d: lease lost (expired, re-claimed or cancelled)", lease.owner, lease.job_id)
                         lost.set()
                         return
