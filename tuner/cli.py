@@ -48,7 +48,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from tuner.worker import main as worker_main
+    from kvtune.worker import main as worker_main
 
     return worker_main(gpu=args.gpu, arch=args.arch, once=args.once, max_idle_s=args.max_idle, lease_s=args.lease,
                        heartbeat_s=args.heartbeat, poll_s=args.poll, concurrency=args.concurrency,
