@@ -65,8 +65,5 @@ class Settings(BaseSettings):
                                     description="prefix of the worker's lease owner id (default: host:pid:gpuN)")
     join_distributed: bool = Field(True, description="join running distributed jobs of the arch when idle")
 
-    def heartbeat_interval(self) -> float:
-        return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3
-
     def token(self) -> str | None:
         return self.api_token.get_secret_value() if self.api_token and self.api_token.get_secret_value() else None

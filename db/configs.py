@@ -101,11 +101,6 @@ def record_miss(s: Session, key: ProblemKey) -> None:
     ))
 
 
-def list_misses(db: Database, limit: int = 100) -> list[LookupMiss]:
-    return db.run(lambda s: list(s.scalars(select(LookupMiss).order_by(LookupMiss.count.desc()).limit(limit))),
-                  write=False)
-
-
 def get_source(db: Database, source_hash: str) -> KernelSource:
     def tx(s: Session) -> KernelSource:
         row = s.get(KernelSource, source_hash)

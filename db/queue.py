@@ -1,10 +1,5 @@
-"""The job queue as workers see it: claim under a lease, renew it, write fenced, finish.
-
-Fencing: every write a worker makes is an UPDATE of its job row whose WHERE names the attempt and
-owner it claimed, requires the job still `running` and the lease still unexpired (by the database
-clock). A worker that lost its lease (it was stopped, partitioned, or the job was cancelled or
-re-claimed) matches no row; the operation raises `LeaseLost` and the transaction, including any
-trial row it was about to insert, is rolled back. So a lost worker changes nothing.
+"""The job queue as workers see it: claim under a lease, write fenced, finish. The lease itself, its
+fences and its heartbeat are db.leases.
 
 Claiming: `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL (concurrent claimers skip each other's
 rows instead of queueing on them); on SQLite the claim runs in a `BEGIN IMMEDIATE` transaction
@@ -12,12 +7,8 @@ rows instead of queueing on them); on SQLite the claim runs in a `BEGIN IMMEDIAT
 
 Distributed jobs (`jobs.distributed`): several workers of the job's arch run one attempt together,
 sharing its Optuna studies. The first claims it from the queue as above; others `join` it while it
-runs. Each participant has its own row in `job_participants` with its own lease, and its fencing
-token is (job_id, attempt, owner): every write it makes first updates the job row, fenced by
-(attempt, status running, job lease unexpired), which takes the row lock all participants serialise
-on, then its own participant row, fenced by (owner, status live, its own lease unexpired). The job's
-lease is the latest of its participants' (each heartbeat pushes it out), so the job is re-queued only
-when every participant has gone silent; a new attempt then fences out all old participants at once.
+runs. Each participant has its own row in `job_participants` with its own lease (db.leases says how
+its writes are fenced); the job is re-queued only when every participant has gone silent.
 
 - Budget: `trials` measurements per bucket for the whole attempt, not per participant. Before each
   measurement a participant `reserve`s one: granted while (trials recorded for the bucket in this
@@ -36,55 +27,20 @@ when every participant has gone silent; a new attempt then fences out all old pa
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy import and_, case, func, insert, literal, select, update
+from sqlalchemy import case, func, insert, literal, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
+from catalog.results import TrialRecord
+from db import leases
 from db.clock import UTCDateTime, db_after, db_now, utcnow
 from db.errors import Conflict, LeaseLost
+from db.leases import Lease
 from db.models import LIVE_PARTICIPANT, Job, JobParticipant, JobStatus, ParticipantStatus, TrialResult
 from db.session import Database
-from catalog.core import Bucket, ProblemKey
-from catalog.results import TrialRecord
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """What a worker holds while it runs a job: the fencing token is (job_id, attempt, owner)."""
-
-    job_id: int
-    attempt: int
-    owner: str
-    key: ProblemKey
-    buckets: tuple[Bucket, ...] | None
-    trials: int
-    search: str
-    time_budget_s: float | None
-    seed: int
-    distributed: bool = False  # True: a participant of a distributed job (fenced by its participant row)
-    slot: int = 0  # the participant's number in the attempt; its sampler seed is seed + slot
-
-
-def _fence(s: Session, lease: Lease) -> ColumnElement[bool]:
-    return and_(
-        Job.id == lease.job_id,
-        Job.attempt == lease.attempt,
-        Job.lease_owner == lease.owner,
-        Job.status == JobStatus.RUNNING.value,
-        Job.lease_expires_at > db_now(s),
-    )
-
-
-def _fenced_update(s: Session, lease: Lease, **values: Any) -> None:
-    values.setdefault("updated_at", utcnow())
-    r = s.execute(update(Job).where(_fence(s, lease)).values(**values))
-    if r.rowcount != 1:
-        raise LeaseLost(f"job {lease.job_id} attempt {lease.attempt}: lease no longer held by {lease.owner}")
 
 
 def _any(db: Database, *where: Any) -> bool:
@@ -123,46 +79,10 @@ def claim(db: Database, *, arch: str, owner: str, lease_s: float) -> Lease | Non
             s.execute(update(JobParticipant).where(
                 JobParticipant.job_id == job_id, JobParticipant.attempt < row.attempt,
                 JobParticipant.status.in_(LIVE_PARTICIPANT)).values(status=ParticipantStatus.LOST.value, busy_bucket=None))
-            _add_participant(s, job_id, row.attempt, owner, 0, lease_s)
-        return _lease(job_id, owner, row, slot=0)
+            leases.add_participant(s, job_id, row.attempt, owner, 0, lease_s)
+        return leases.lease_from_row(job_id, owner, row, slot=0)
 
     return db.run(tx)
-
-
-def _lease(job_id: int, owner: str, row: Any, *, slot: int) -> Lease:
-    return Lease(
-        job_id=job_id, attempt=row.attempt, owner=owner, key=ProblemKey.from_json(row.key_json),
-        buckets=tuple(Bucket.from_json(b) for b in row.buckets) if row.buckets else None,
-        trials=row.trials, search=row.search, time_budget_s=row.time_budget_s, seed=row.seed,
-        distributed=bool(row.distributed), slot=slot,
-    )
-
-
-def _add_participant(s: Session, job_id: int, attempt: int, owner: str, slot: int, lease_s: float) -> None:
-    now = utcnow()
-    s.execute(insert(JobParticipant).values(
-        job_id=job_id, attempt=attempt, owner=owner, slot=slot, status=ParticipantStatus.ACTIVE.value,
-        busy_bucket=None, trials_done=0, lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s),
-        joined_at=now, finished_at=None,
-    ))
-
-
-def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
-    """Extend the lease; False when it is no longer ours (expired, re-claimed, cancelled)."""
-
-    def tx(s: Session) -> None:
-        if lease.distributed:  # a `done` participant waiting to take over publishing keeps its lease too
-            _shared_update(s, lease, job={"lease_expires_at": _later(s, lease_s), "heartbeat_at": db_now(s)},
-                           part={"lease_expires_at": db_after(s, lease_s), "heartbeat_at": db_now(s)},
-                           statuses=(*LIVE_PARTICIPANT, ParticipantStatus.DONE.value))
-        else:
-            _fenced_update(s, lease, lease_expires_at=db_after(s, lease_s), heartbeat_at=db_now(s))
-
-    try:
-        db.run(tx)
-        return True
-    except LeaseLost:
-        return False
 
 
 def _insert_trial(s: Session, lease: Lease, trial: TrialRecord) -> None:
@@ -183,7 +103,7 @@ def record_trial(
     """One trial row plus the job's progress and best-so-far, in one fenced transaction."""
 
     def tx(s: Session) -> None:
-        _fenced_update(s, lease, progress=progress, best=best)  # first: it takes the row lock
+        leases.fenced_update(s, lease, progress=progress, best=best)  # first: it takes the row lock
         _insert_trial(s, lease, trial)
 
     db.run(tx)
@@ -196,7 +116,7 @@ def release(db: Database, lease: Lease, reason: str) -> bool:
         return leave(db, lease, reason)
 
     def tx(s: Session) -> None:
-        _fenced_update(s, lease, status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None,
+        leases.fenced_update(s, lease, status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None,
                        error=f"released: {reason}")
 
     try:
@@ -213,11 +133,11 @@ def fail(db: Database, lease: Lease, error: str) -> bool:
 
     def tx(s: Session) -> None:
         if lease.distributed:
-            _shared_update(s, lease, job=dict(status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
+            leases.shared_update(s, lease, job=dict(status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
                                               error=error[:4000], finished_at=utcnow()),
                            part={"status": ParticipantStatus.LEFT.value, "finished_at": utcnow(), "busy_bucket": None})
             return
-        _fenced_update(s, lease, status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
+        leases.fenced_update(s, lease, status=JobStatus.FAILED.value, lease_owner=None, lease_expires_at=None,
                        error=error[:4000], finished_at=utcnow())
 
     try:
@@ -233,7 +153,7 @@ def complete(db: Database, lease: Lease, publish: Callable[[Session], dict[str, 
     gone (nothing is published then)."""
 
     def tx(s: Session) -> None:
-        _fenced_update(s, lease, status=JobStatus.SUCCEEDED.value, lease_owner=None, finished_at=utcnow(),
+        leases.fenced_update(s, lease, status=JobStatus.SUCCEEDED.value, lease_owner=None, finished_at=utcnow(),
                        progress=progress)
         best = publish(s)
         s.execute(update(Job).where(Job.id == lease.job_id).values(best=best))
@@ -271,65 +191,10 @@ def requeue_expired(db: Database) -> int:
                 updated_at=utcnow(),
             )
         )
-        _sweep_lost(s)
+        leases.sweep_lost(s)
         return int(r.rowcount)
 
     return db.run(tx)
-
-
-# -- distributed jobs ------------------------------------------------------------------------------
-def _later(s: Session, lease_s: float) -> ColumnElement[Any]:
-    """The job's lease pushed out to now + lease_s, never pulled in: it is the latest of its
-    participants' leases, so one participant's heartbeat cannot shorten another's."""
-    new = db_after(s, lease_s)
-    return case((Job.lease_expires_at > new, Job.lease_expires_at), else_=new)
-
-
-def _shared_fence(s: Session, lease: Lease, statuses: tuple[str, ...] = LIVE_PARTICIPANT) -> ColumnElement[bool]:
-    return and_(
-        JobParticipant.job_id == lease.job_id,
-        JobParticipant.attempt == lease.attempt,
-        JobParticipant.owner == lease.owner,
-        JobParticipant.status.in_(statuses),
-        JobParticipant.lease_expires_at > db_now(s),
-    )
-
-
-def _shared_update(s: Session, lease: Lease, *, job: dict[str, Any] | None = None,
-                   part: dict[str, Any] | None = None, statuses: tuple[str, ...] = LIVE_PARTICIPANT) -> None:
-    """The fenced write of a participant: the job row first (fenced by attempt, running and the job's
-    lease; this takes the row lock every participant of the job serialises on, always in this order,
-    so two participants never deadlock), then its own participant row (fenced by owner, live status
-    and its own lease). Either matching nothing raises LeaseLost and the transaction rolls back."""
-    jv = dict(job or {})
-    jv.setdefault("updated_at", utcnow())
-    r = s.execute(update(Job).where(
-        Job.id == lease.job_id, Job.attempt == lease.attempt, Job.status == JobStatus.RUNNING.value,
-        Job.lease_expires_at > db_now(s),
-    ).values(**jv))
-    if r.rowcount != 1:
-        raise LeaseLost(f"job {lease.job_id} attempt {lease.attempt}: no longer running under this attempt")
-    r = s.execute(update(JobParticipant).where(_shared_fence(s, lease, statuses)).values(**(part or {"heartbeat_at": db_now(s)})))
-    if r.rowcount != 1:
-        raise LeaseLost(f"job {lease.job_id} attempt {lease.attempt}: {lease.owner} is no longer a live participant")
-
-
-def _sweep_lost(s: Session, job_id: int | None = None) -> None:
-    """Participants whose own lease expired become `lost` (they are already fenced out by the clock;
-    this only keeps them out of the counts)."""
-    q = update(JobParticipant).where(JobParticipant.status.in_(LIVE_PARTICIPANT),
-                                     JobParticipant.lease_expires_at < db_now(s))
-    if job_id is not None:
-        q = q.where(JobParticipant.job_id == job_id)
-    s.execute(q.values(status=ParticipantStatus.LOST.value, busy_bucket=None))
-
-
-def _live_others(s: Session, lease: Lease) -> int:
-    return int(s.scalar(select(func.count()).select_from(JobParticipant).where(
-        JobParticipant.job_id == lease.job_id, JobParticipant.attempt == lease.attempt,
-        JobParticipant.owner != lease.owner, JobParticipant.status.in_(LIVE_PARTICIPANT),
-        JobParticipant.lease_expires_at > db_now(s),
-    )) or 0)
 
 
 def join(db: Database, *, arch: str, owner: str, lease_s: float, exclude_owner_prefix: str | None = None) -> Lease | None:
@@ -349,7 +214,7 @@ def join(db: Database, *, arch: str, owner: str, lease_s: float, exclude_owner_p
         if s.get_bind().dialect.name == "postgresql":
             q = q.with_for_update(skip_locked=True)  # a job whose row a participant holds is tried next poll
         for job in s.execute(q).all():
-            _sweep_lost(s, job.id)
+            leases.sweep_lost(s, job.id)
             parts = s.execute(select(JobParticipant.owner, JobParticipant.slot, JobParticipant.status).where(
                 JobParticipant.job_id == job.id, JobParticipant.attempt == job.attempt)).all()
             live = [p for p in parts if p.status in LIVE_PARTICIPANT]
@@ -364,12 +229,12 @@ def join(db: Database, *, arch: str, owner: str, lease_s: float, exclude_owner_p
             slot = max((p.slot for p in parts), default=-1) + 1
             row = s.execute(
                 update(Job).where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.RUNNING.value)
-                .values(lease_expires_at=_later(s, lease_s), updated_at=utcnow())
+                .values(lease_expires_at=leases.extend_job_lease(s, lease_s), updated_at=utcnow())
                 .returning(Job.attempt, Job.key_json, Job.buckets, Job.trials, Job.search, Job.time_budget_s,
                            Job.seed, Job.distributed)
             ).one()
-            _add_participant(s, job.id, job.attempt, owner, slot, lease_s)
-            return _lease(job.id, owner, row, slot=slot)
+            leases.add_participant(s, job.id, job.attempt, owner, slot, lease_s)
+            return leases.lease_from_row(job.id, owner, row, slot=slot)
         return None
 
     return db.run(tx)
@@ -381,7 +246,7 @@ def reserve(db: Database, lease: Lease, bucket: str, trials: int) -> bool:
     held by others: stop this bucket). Raises LeaseLost when the participant is fenced out."""
 
     def tx(s: Session) -> bool:
-        _shared_update(s, lease)  # the job row lock: reservations of one job are serialised
+        leases.shared_update(s, lease)  # the job row lock: reservations of one job are serialised
         done = int(s.scalar(select(func.count()).select_from(TrialResult).where(
             TrialResult.job_id == lease.job_id, TrialResult.attempt == lease.attempt, TrialResult.bucket == bucket)) or 0)
         held = int(s.scalar(select(func.count()).select_from(JobParticipant).where(
@@ -389,7 +254,7 @@ def reserve(db: Database, lease: Lease, bucket: str, trials: int) -> bool:
             JobParticipant.owner != lease.owner, JobParticipant.status == ParticipantStatus.ACTIVE.value,
             JobParticipant.lease_expires_at > db_now(s), JobParticipant.busy_bucket == bucket)) or 0)
         ok = done + held < trials
-        s.execute(update(JobParticipant).where(_shared_fence(s, lease)).values(busy_bucket=bucket if ok else None))
+        s.execute(update(JobParticipant).where(leases.participant_fence(s, lease)).values(busy_bucket=bucket if ok else None))
         return ok
 
     return db.run(tx)
@@ -410,7 +275,7 @@ def record_shared_trial(db: Database, lease: Lease, trial: TrialRecord, *, is_de
     far updated from what is in the row (under its lock), so participants never overwrite each other."""
 
     def tx(s: Session) -> None:
-        _shared_update(s, lease, part={"busy_bucket": None, "trials_done": JobParticipant.trials_done + 1})
+        leases.shared_update(s, lease, part={"busy_bucket": None, "trials_done": JobParticipant.trials_done + 1})
         cur = s.execute(select(Job.progress, Job.best).where(Job.id == lease.job_id)).one()
         progress = dict(cur.progress or {})
         failed = dict(progress.get("failed_by_status") or {})
@@ -450,11 +315,11 @@ def finish(db: Database, lease: Lease) -> bool:
     publish (`complete_shared`); False: others are still tuning, it is done. Raises LeaseLost."""
 
     def tx(s: Session) -> bool:
-        _shared_update(s, lease)
-        _sweep_lost(s, lease.job_id)
-        last = _live_others(s, lease) == 0
+        leases.shared_update(s, lease)
+        leases.sweep_lost(s, lease.job_id)
+        last = leases.live_others(s, lease) == 0
         status = ParticipantStatus.PUBLISHING if last else ParticipantStatus.DONE
-        s.execute(update(JobParticipant).where(_shared_fence(s, lease)).values(
+        s.execute(update(JobParticipant).where(leases.participant_fence(s, lease)).values(
             status=status.value, busy_bucket=None, finished_at=None if last else utcnow()))
         return last
 
@@ -473,11 +338,11 @@ def take_over(db: Database, lease: Lease) -> str:
                                                 Job.status == JobStatus.RUNNING.value))
         if running is None:
             return "over"
-        _shared_update(s, lease, statuses=(ParticipantStatus.DONE.value,))
-        _sweep_lost(s, lease.job_id)
-        if _live_others(s, lease) > 0:
+        leases.shared_update(s, lease, statuses=(ParticipantStatus.DONE.value,))
+        leases.sweep_lost(s, lease.job_id)
+        if leases.live_others(s, lease) > 0:
             return "wait"
-        s.execute(update(JobParticipant).where(_shared_fence(s, lease, (ParticipantStatus.DONE.value,)))
+        s.execute(update(JobParticipant).where(leases.participant_fence(s, lease, (ParticipantStatus.DONE.value,)))
                   .values(status=ParticipantStatus.PUBLISHING.value, finished_at=None))
         return "last"
 
@@ -490,7 +355,7 @@ def complete_shared(db: Database, lease: Lease, publish: Callable[[Session], dic
 
     def tx(s: Session) -> None:
         now = utcnow()
-        _shared_update(s, lease, job=dict(status=JobStatus.SUCCEEDED.value, lease_owner=None, finished_at=now),
+        leases.shared_update(s, lease, job=dict(status=JobStatus.SUCCEEDED.value, lease_owner=None, finished_at=now),
                        part=dict(status=ParticipantStatus.PUBLISHED.value, finished_at=now, busy_bucket=None))
         best = publish(s)
         s.execute(update(Job).where(Job.id == lease.job_id).values(best=best))
@@ -511,10 +376,10 @@ def leave(db: Database, lease: Lease, reason: str) -> bool:
     every trial in the studies). False when the participant was already fenced out."""
 
     def tx(s: Session) -> None:
-        _shared_update(s, lease, part={"status": ParticipantStatus.LEFT.value, "busy_bucket": None,
+        leases.shared_update(s, lease, part={"status": ParticipantStatus.LEFT.value, "busy_bucket": None,
                                        "finished_at": utcnow()})
-        _sweep_lost(s, lease.job_id)
-        if _live_others(s, lease) == 0:
+        leases.sweep_lost(s, lease.job_id)
+        if leases.live_others(s, lease) == 0:
             s.execute(update(Job).where(Job.id == lease.job_id).values(
                 status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None, error=f"released: {reason}"))
 

@@ -1,1 +1,2 @@
-"""The app layer: the worker, the command line and the demo, above both `db` and `tuner`."""
+"""kvtune's app layer: the worker, the CLI and the demo. It sits above `db` (the queue, configs) and
+`tuner` (render, compile, bench, search) and wires them together; nothing below imports it."""

@@ -1,6 +1,5 @@
 """Search a kernel family's space per (problem key, bucket) with Optuna, measuring every candidate
-through a runner (`tuner.bench.runner.BenchRunner` on a device, `tuner.bench.simulation.SimulatedRunner`
-on a recorded table).
+through a runner (`tuner.bench.runner.BenchRunner` on a device, `SimulatedRunner` on a recorded table).
 
 - One Optuna study per (key, bucket), named `<key.slug()>/<bucket.name()>`, in memory or in the RDB
   storage passed in (so several workers of one arch can share a study).
@@ -15,7 +14,10 @@ on a recorded table).
   A sample is first mapped to the config it runs as (`canonical_config`: a variant may fix some
   parameters), so that samples differing only in what a variant ignores are one config.
 - Budgets: `trials` measured candidates per bucket, and an optional wall-time budget for the whole
-  call, shared out over the buckets still to do. The default config always runs.
+  call, shared out over the buckets still to do (`bucket_share_s`). The default config always runs.
+- Distributed jobs (several workers on one job's studies): `tune_shared` runs one participant's
+  share bucket by bucket, `collect_shared` reads the winners once every participant is done, and
+  `prepare_storage` creates Optuna's tables first (its docstring states the storage contract).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import optuna
 from optuna.trial import TrialState
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from tuner.bench.protocol import Runner
     from tuner.bench.runner import BenchRunner
 
+TuneFn = Callable[..., TuneResult]  # `tune`'s signature: this module's, or a stand-in's (tests)
 SEARCHES = ("tpe", "random", "grid")
 RECORD_ATTR = "kvtune_record"
 PRUNED_ATTR = "kvtune_pruned"
@@ -132,22 +135,13 @@ class _Current:
         return not (rec.ok and rec.timing and self.timing and rec.timing != self.timing)
 
 
-def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
-                search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
-                on_trial: Callable[[TrialRecord], None] | None = None,
-                should_stop: Callable[[], bool] | None = None, space: Space | None = None) -> BucketResult | None:
-    """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
-    (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
-    sub-grid); its default is then trial 0."""
-    from tuner.bench.protocol import Candidate
-
-    fam = get_family(family)
+def _open_study(runner: Runner, fam: KernelFamily, key: ProblemKey, bucket: Bucket, space: Space, default: Config,
+                *, search: str, seed: int, trials: int,
+                storage: str | None) -> tuple[optuna.Study, dict[str, TrialRecord], _Current]:
+    """The (key, bucket) study, created or loaded, with what it already holds measured (current
+    records only, by config) and, unless the search walks a grid, the default and then the family's
+    seed configs enqueued where they are neither measured nor waiting already."""
     target = runner.target
-    if space is None:
-        space, default = fam.space(key), fam.default_config(key)
-    else:
-        default = space.default()
-    names = space.names()
     study = optuna.create_study(study_name=study_name(key, bucket), storage=storage, direction="minimize",
                                 sampler=make_sampler(search, seed, trials), load_if_exists=True)
     # Several workers may share the study: what is already measured is reused, never re-measured
@@ -157,11 +151,9 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     # Waiting (enqueued, not yet asked) trials keep their params in system_attrs["fixed_params"].
     waiting = [Config.from_dict(t.system_attrs.get("fixed_params") or {})
                for t in study.get_trials(deepcopy=False) if t.state is TrialState.WAITING]
-    has_default = default.to_json() in seen or default in waiting
-    grid = _grid_order(space, default) if search == "grid" else None
-    if grid is None and not has_default:
-        study.enqueue_trial(default.as_dict(), user_attrs={"kvtune_default": True})
-    if grid is None:
+    if search != "grid":
+        if not (default.to_json() in seen or default in waiting):
+            study.enqueue_trial(default.as_dict(), user_attrs={"kvtune_default": True})
         # The family's known-good configs for this target next (a few trials may never draw
         # them), where this space holds them and they are neither measured nor waiting already.
         for cfg in fam.seed_configs(key, target):
@@ -169,6 +161,50 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
             if cfg == default or cfg.to_json() in seen or cfg in waiting or _why_pruned(space, fam, target, cfg):
                 continue
             study.enqueue_trial(cfg.as_dict(), user_attrs={"kvtune_seed": True})
+    return study, seen, current
+
+
+def _measure(runner: Runner, study: optuna.Study, trial: optuna.Trial, family: str, key: ProblemKey,
+             bucket: Bucket, config: Config, seed: int) -> TrialRecord:
+    """Run one candidate, attach its record to the trial and tell Optuna (failures as PRUNED)."""
+    from tuner.bench.protocol import Candidate
+
+    try:
+        m = runner.evaluate(Candidate(family, key, bucket, config, seed=seed * 1_000_003 + trial.number))
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)  # never leave a RUNNING trial in a shared study
+        raise
+    ok = m.status is TrialStatus.OK and m.time_us is not None
+    # An "ok" without a time would be a runner bug; it must not become a winner either way.
+    status = m.status if ok or m.status is not TrialStatus.OK else TrialStatus.CRASHED
+    rec = TrialRecord(number=trial.number, bucket=bucket, config=config, status=status,
+                      time_us=m.time_us if ok else None, error=m.error, source_hash=m.source_hash,
+                      compile_stats=m.compile_stats, timing=m.timing)
+    trial.set_user_attr(RECORD_ATTR, rec.to_json())
+    if rec.ok:
+        study.tell(trial, rec.time_us)
+    else:
+        study.tell(trial, state=TrialState.PRUNED)
+    return rec
+
+
+def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
+                search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
+                on_trial: Callable[[TrialRecord], None] | None = None,
+                should_stop: Callable[[], bool] | None = None, space: Space | None = None) -> BucketResult | None:
+    """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
+    (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
+    sub-grid); its default is then trial 0."""
+    fam = get_family(family)
+    target = runner.target
+    if space is None:
+        space, default = fam.space(key), fam.default_config(key)
+    else:
+        default = space.default()
+    names = space.names()
+    study, seen, current = _open_study(runner, fam, key, bucket, space, default, search=search, seed=seed,
+                                       trials=trials, storage=storage)
+    grid = _grid_order(space, default) if search == "grid" else None
     runnable = _count_runnable(space, fam, target)
     budget = _Budget(trials, deadline, should_stop)
     measured = samples = pruned = 0
@@ -192,8 +228,7 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
         config = Config.from_dict({p.name: trial.suggest_categorical(p.name, list(p.choices)) for p in space.params})
         assert set(config.as_dict()) == set(names)
         config = fam.canonical_config(key, config)  # Optuna keeps the sample; the config is what runs
-        is_default = config == default
-        why = None if is_default else _why_pruned(space, fam, target, config)  # the default always runs
+        why = None if config == default else _why_pruned(space, fam, target, config)  # the default always runs
         if why:
             trial.set_user_attr(PRUNED_ATTR, why)
             study.tell(trial, state=TrialState.PRUNED)
@@ -207,39 +242,38 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
             else:
                 study.tell(trial, state=TrialState.PRUNED)
             continue
-        try:
-            m = runner.evaluate(Candidate(family, key, bucket, config, seed=seed * 1_000_003 + trial.number))
-        except BaseException:
-            study.tell(trial, state=TrialState.FAIL)  # never leave a RUNNING trial in a shared study
-            raise
-        ok = m.status is TrialStatus.OK and m.time_us is not None
-        # An "ok" without a time would be a runner bug; it must not become a winner either way.
-        status = m.status if ok or m.status is not TrialStatus.OK else TrialStatus.CRASHED
-        rec = TrialRecord(number=trial.number, bucket=bucket, config=config, status=status,
-                          time_us=m.time_us if ok else None, error=m.error, source_hash=m.source_hash,
-                          compile_stats=m.compile_stats, timing=m.timing)
-        trial.set_user_attr(RECORD_ATTR, rec.to_json())
-        if rec.ok:
-            study.tell(trial, rec.time_us)
-        else:
-            study.tell(trial, state=TrialState.PRUNED)
+        rec = _measure(runner, study, trial, family, key, bucket, config, seed)
         seen[config.to_json()] = rec
         measured += 1
         if on_trial is not None:
             on_trial(rec)
 
-    return _bucket_result(study, bucket, default, pruned, current)
+    return bucket_result(bucket, _records(study, current), default, pruned)
 
 
-def _bucket_result(study: optuna.Study, bucket: Bucket, default: Config, pruned: int,
-                   current: Callable[[TrialRecord], bool]) -> BucketResult | None:
-    recs = [r for r in _records(study, current) if r.bucket == bucket]
+def bucket_result(bucket: Bucket, records: Iterable[TrialRecord], default: Config, pruned: int, *,
+                  verified_default: bool = False) -> BucketResult | None:
+    """A bucket's result from its current trial records (winner selection, one rule for a lone
+    study and for a distributed job's): the best is the fastest verified trial (ties: the earliest),
+    the default is the default config's earliest trial, or with `verified_default` its earliest
+    verified one (a shared study may hold it twice: participants that start together both enqueue
+    it). None without a default trial: nothing to compare against, so the bucket is not published."""
+    recs = sorted((r for r in records if r.bucket == bucket), key=lambda r: r.number)
     defaults = [r for r in recs if r.config == default]
+    if verified_default:
+        defaults.sort(key=lambda r: not r.ok)  # stable: the earliest verified first
     if not defaults:
         return None
     ok = [r for r in recs if r.ok]  # only verified, timed trials can win
     best = min(ok, key=lambda r: (r.time_us, r.number)) if ok else None
     return BucketResult(bucket=bucket, default=defaults[0], best=best, trials=tuple(recs), pruned=pruned)
+
+
+def bucket_share_s(end: float | None, buckets_left: int) -> float | None:
+    """The seconds the next of `buckets_left` buckets may take out of a budget that ends at `end`
+    (`time.monotonic()`; None: no budget): an equal share of what is left, so an early bucket cannot
+    starve the rest."""
+    return None if end is None else max(0.0, end - time.monotonic()) / buckets_left
 
 
 def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 32, search: str = "tpe",
@@ -279,8 +313,8 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
         for i, b in enumerate(todo):
             if should_stop is not None and should_stop():
                 break
-            # Each bucket gets an equal share of what is left, so an early bucket cannot starve the rest.
-            deadline = None if end is None else time.monotonic() + max(0.0, end - time.monotonic()) / (len(todo) - i)
+            share = bucket_share_s(end, len(todo) - i)
+            deadline = None if share is None else time.monotonic() + share
             r = tune_bucket(run, fam_name, key, b, trials=trials, search=search, seed=seed, storage=storage,
                             deadline=deadline, on_trial=on_trial, should_stop=should_stop, space=space)
             if r is not None:
@@ -292,3 +326,120 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
     finally:
         if own:
             run.close()
+
+
+# The worker's contract (kvtune.worker): an entry point declaring `shared_studies = True` keeps its
+# Optuna studies in the RDB storage it is given as `storage` and measures with the `runner` it is
+# given, so the participants of a distributed job can share its studies; the worker then creates
+# Optuna's tables before its first job (`prepare_storage`), and `tune_shared` opens one benchmark
+# child for all the buckets of a job. A stand-in without it (a test's) keeps no study and brings
+# its own runner.
+tune.shared_studies = True  # type: ignore[attr-defined]
+
+
+def shared_studies(tune_fn: TuneFn) -> bool:
+    """Whether the entry point `tune_fn` declares that it keeps shared studies (see above)."""
+    return getattr(tune_fn, "shared_studies", False) is True
+
+
+def prepare_storage(url: str) -> None:
+    """Create Optuna's tables in the RDB storage at `url` (the job database: `db.Database.
+    optuna_storage_url`); raises SQLAlchemy's errors. Optuna creates them on first use without a
+    lock, and two workers doing that at once on a fresh PostgreSQL collide (`CREATE TYPE
+    studydirection`: duplicate key), so a worker calls this before its first job and retries.
+
+    The storage contract this module relies on (Optuna's `RDBStorage`, `optuna.storages.BaseStorage`):
+    - Each `create_study`/`load_study` call with a URL builds its own `RDBStorage` (its own engine):
+      studies are shared through the database, never through a Python object.
+    - A study is one row by name (`study_name`: `<key.slug()>/<bucket.name()>`); `create_study(...,
+      load_if_exists=True)` from several processes yields the same study.
+    - Trial numbers are assigned by the storage, unique within a study, so participants never
+      overwrite each other's trials; a finished trial is never modified again.
+    - An enqueued (WAITING) trial is handed to exactly one `ask`: the change WAITING -> RUNNING is
+      made in one transaction (a row lock on PostgreSQL, the write lock on SQLite) and refused to
+      everyone else, so a config enqueued once runs once.
+    - A RUNNING trial is written only by the process that asked for it; it must always be told
+      (`tune_bucket` tells FAIL on any exception), or it stays RUNNING in the shared study forever.
+    - What is told, with its user attrs (`RECORD_ATTR`: the trial's `TrialRecord` as JSON;
+      `PRUNED_ATTR`), is visible to every later read from any process (`_records`, `collect_shared`).
+    """
+    storage = optuna.storages.RDBStorage(url)
+    storage.engine.dispose()
+
+
+def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, trials: int, search: str, target: str,
+                time_budget_s: float | None, storage: str, seed: int, slot: int,
+                on_trial: Callable[[TrialRecord], None], stopped: Callable[[], bool],
+                may_measure: Callable[[Bucket], bool]) -> TuneResult:
+    """One participant's share of a distributed job: `tune_fn` on the job's shared studies in
+    `storage`, one bucket at a time, each bucket an equal share of the time left (`bucket_share_s`).
+    Before each measurement it asks `may_measure(bucket)` (the job's reservation: all participants
+    together measure `trials` per bucket) and it stops a bucket when that says no or `stopped()`
+    says yes. The sampler seed is `seed + slot`: participants must not propose the same sequence.
+    Returns this participant's view (its results per bucket merged, `seed` as the job's); the
+    winners are read from the studies by whoever finishes last (`collect_shared`)."""
+    from tuner.bench.runner import BenchRunner
+
+    # One benchmark child for all the buckets (the real tuner starts one per call otherwise).
+    runner = BenchRunner(target) if shared_studies(tune_fn) else None
+    kwargs: dict[str, Any] = {"runner": runner} if runner is not None else {}
+    end = None if time_budget_s is None else time.monotonic() + time_budget_s
+    parts: list[BucketResult] = []
+    last: TuneResult | None = None
+    try:
+        for i, bucket in enumerate(buckets):
+            if stopped():
+                break
+
+            def should_stop(bucket: Bucket = bucket) -> bool:
+                return stopped() or not may_measure(bucket)
+
+            last = tune_fn(key, buckets=[bucket], trials=trials, search=search, target=target,
+                           time_budget_s=bucket_share_s(end, len(buckets) - i), storage=storage, seed=seed + slot,
+                           on_trial=on_trial, should_stop=should_stop, **kwargs)
+            parts.extend(last.buckets)
+    finally:
+        if runner is not None:
+            runner.close()
+    if last is None:
+        return TuneResult(key=key, target=target, buckets=())
+    return TuneResult(key=last.key, target=last.target, buckets=tuple(parts), device_name=last.device_name,
+                      triton_version=last.triton_version, torch_version=last.torch_version,
+                      search=last.search, seed=seed, timing=last.timing)
+
+
+def _study_records(key: ProblemKey, bucket: Bucket, storage: str) -> list[TrialRecord]:
+    """Every recorded trial of the (key, bucket) study in `storage`; none when there is no such
+    study (a tuner stand-in keeps none)."""
+    try:
+        return _records(optuna.load_study(study_name=study_name(key, bucket), storage=storage))
+    except KeyError:
+        return []
+
+
+def collect_shared(key: ProblemKey, buckets: list[Bucket], mine: TuneResult, recorded: Iterable[TrialRecord], *,
+                   storage: str, seed: int, family: str | None = None) -> TuneResult:
+    """A distributed job's result as its studies hold it once every participant is done: per
+    bucket, the trials of `mine` (this participant's `tune_shared` result), then every trial in
+    `recorded` (the attempt's fenced rows: a stand-in keeps no study), then every trial of the
+    shared study (what this and earlier attempts measured), later ones replacing earlier ones of the
+    same number. A trial measured with another template source or on another clock than `mine`'s is
+    stale and left out, as `tune_bucket` does; winners as `bucket_result` selects them, with a
+    verified default preferred."""
+    fam = get_family(family or key.kernel)
+    default = fam.default_config(key)
+    current = _Current(fam, key, mine.timing)
+    rows = list(recorded)
+    own = {br.bucket: br for br in mine.buckets}
+    out: list[BucketResult] = []
+    for bucket in buckets:
+        recs: dict[int, TrialRecord] = {r.number: r for r in (own[bucket].trials if bucket in own else ())}
+        recs.update((r.number, r) for r in rows if r.bucket == bucket)
+        recs.update((r.number, r) for r in _study_records(key, bucket, storage))
+        br = bucket_result(bucket, (r for r in recs.values() if current(r)), default,
+                           own[bucket].pruned if bucket in own else 0, verified_default=True)
+        if br is not None:
+            out.append(br)
+    return TuneResult(key=key, target=mine.target, buckets=tuple(out), device_name=mine.device_name,
+                      triton_version=mine.triton_version, torch_version=mine.torch_version, search=mine.search,
+                      seed=seed, timing=mine.timing)

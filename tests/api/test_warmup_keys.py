@@ -71,7 +71,7 @@ def test_published_keys_are_served_with_the_bundle_and_alone(server: tuple[str, 
 
 
 def test_worker_enumerates_winner_keys_and_survives_a_family_that_cannot() -> None:
-    from tuner.worker import winner_warmup_keys
+    from kvtune.worker import winner_warmup_keys
 
     key = make_key("pack", "sm_90", 16, 512, 128, ("mxfp4_68",))
     fam = get_family("pack")

@@ -10,7 +10,7 @@ import time
 import pytest
 from sqlalchemy import func, select, text
 
-from db import configs, jobs, migrate, queue
+from db import configs, jobs, leases, migrate, queue
 from db.errors import Conflict, LeaseLost
 from db.models import Job, KernelConfig, KernelSource, LookupMiss, TrialResult
 from db.session import Database
@@ -46,7 +46,7 @@ def count(db: Database, model, *where) -> int:  # noqa: ANN001
     return db.run(lambda s: s.scalar(select(func.count()).select_from(model).where(*where)), write=False)
 
 
-def complete(db: Database, lease: queue.Lease, times: dict[Bucket, float]) -> None:
+def complete(db: Database, lease: leases.Lease, times: dict[Bucket, float]) -> None:
     res = result(times)
     hashes = {b.name(): f"{abs(hash((lease.job_id, b.name()))):016x}"[:16] for b in times}
 
@@ -96,16 +96,16 @@ def test_fenced_writes_and_heartbeat(db: Database) -> None:
     lease = queue.claim(db, arch="interp", owner="w1", lease_s=30)
     before = jobs.get(db, lease.job_id).lease_expires_at
     time.sleep(0.05)
-    assert queue.heartbeat(db, lease, 30)
+    assert leases.heartbeat(db, lease, 30)
     assert jobs.get(db, lease.job_id).lease_expires_at > before
     queue.record_trial(db, lease, trial(0), progress={"trials_done": 1}, best={"N1-4": {"time_us": 10.0}})
     assert count(db, TrialResult) == 1
     assert jobs.get(db, lease.job_id).progress == {"trials_done": 1}
     # A different owner or attempt holding the same job id matches nothing.
-    for forged in (queue.Lease(**{**lease.__dict__, "owner": "w2"}), queue.Lease(**{**lease.__dict__, "attempt": 2})):
+    for forged in (leases.Lease(**{**lease.__dict__, "owner": "w2"}), leases.Lease(**{**lease.__dict__, "attempt": 2})):
         with pytest.raises(LeaseLost):
             queue.record_trial(db, forged, trial(1), progress={"trials_done": 99}, best={})
-        assert not queue.heartbeat(db, forged, 30)
+        assert not leases.heartbeat(db, forged, 30)
     assert count(db, TrialResult) == 1
     assert jobs.get(db, lease.job_id).progress == {"trials_done": 1}
 
@@ -115,7 +115,7 @@ def test_cancel_fences_out_the_running_worker(db: Database) -> None:
     lease = queue.claim(db, arch="interp", owner="w1", lease_s=30)
     assert jobs.cancel(db, lease.job_id).status == "cancelled"
     assert jobs.cancel(db, lease.job_id).status == "cancelled"  # idempotent
-    assert not queue.heartbeat(db, lease, 30)
+    assert not leases.heartbeat(db, lease, 30)
     with pytest.raises(LeaseLost):
         queue.record_trial(db, lease, trial(0), progress={}, best={})
     with pytest.raises(LeaseLost):
@@ -138,7 +138,7 @@ def test_expired_lease_is_requeued_and_old_attempt_writes_nothing(db: Database) 
     queue.record_trial(db, old, trial(0), progress={"trials_done": 1}, best={})
     lapse(db, old.job_id)
     # Expired but not yet re-queued: already fenced out by the database clock.
-    assert not queue.heartbeat(db, old, 30)
+    assert not leases.heartbeat(db, old, 30)
     with pytest.raises(LeaseLost):
         queue.record_trial(db, old, trial(1), progress={}, best={})
     assert queue.requeue_expired(db) == 1
@@ -210,7 +210,7 @@ def test_concurrent_publishers_of_one_key(db: Database) -> None:
     leases = [queue.claim(db, arch="interp", owner=f"w{i}", lease_s=60) for i in range(n)]
     errors: list[BaseException] = []
 
-    def go(lease: queue.Lease) -> None:
+    def go(lease: leases.Lease) -> None:
         try:
             complete(db, lease, {B1: float(lease.job_id)})
         except BaseException as e:  # noqa: BLE001

@@ -51,7 +51,7 @@ def test_a_connection_the_server_kills_is_replaced_and_the_transaction_retried(p
     work was rolled back by the server), and dead pooled connections are replaced at checkout."""
     from sqlalchemy.engine import make_url
 
-    from db import queue
+    from db import leases, queue
     from tests.db.fixtures import _pg_connect
 
     # A name of its own for this test's connections, so that only they are killed.
@@ -81,7 +81,7 @@ def test_a_connection_the_server_kills_is_replaced_and_the_transaction_retried(p
         killed = admin.execute("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
                                "WHERE application_name = %s", (name,)).fetchone()[0]
         assert killed >= 1
-        assert queue.heartbeat(db, lease, 30)
+        assert leases.heartbeat(db, lease, 30)
         assert jobs.get(db, job.id).status == "running"
     finally:
         admin.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from db import configs, jobs, queue
+from db import configs, jobs, leases, queue
 from db.errors import LeaseLost
 from db.models import Job, JobParticipant, KernelConfig, TrialResult
 from db.session import Database
@@ -29,7 +29,7 @@ def trial(n: int, t: float | None = 10.0) -> TrialRecord:
     return TrialRecord(number=n, bucket=B1, config=Config.of(BLOCK_T=n + 1), status=status, time_us=t)
 
 
-def publish_fn(lease: queue.Lease):  # noqa: ANN201
+def publish_fn(lease: leases.Lease):  # noqa: ANN201
     d, w = trial(0, 20.0), trial(1, 10.0)
     res = TuneResult(key=KEY, target="interp", buckets=(BucketResult(bucket=B1, default=d, best=w, trials=(d, w)),))
 
@@ -98,12 +98,12 @@ def test_a_participant_past_its_lease_is_fenced_out_and_not_waited_for(db: Datab
     assert a is not None and b is not None
     queue.record_shared_trial(db, b, trial(0), is_default=True, total=3)
     lapse(db, job_id, "b")
-    assert not queue.heartbeat(db, b, 30)  # its own lease ran out: no renewal
+    assert not leases.heartbeat(db, b, 30)  # its own lease ran out: no renewal
     with pytest.raises(LeaseLost):
         queue.record_shared_trial(db, b, trial(1), is_default=False, total=3)
     with pytest.raises(LeaseLost):
         queue.reserve(db, b, "N1-4", 3)
-    assert queue.heartbeat(db, a, 30)  # the job and a are fine
+    assert leases.heartbeat(db, a, 30)  # the job and a are fine
     assert queue.finish(db, a) is True  # b is not waited for: a publishes
     assert parts(db, job_id) == {"a": "publishing", "b": "lost"}
     assert count(db, TrialResult, TrialResult.job_id == job_id) == 1
@@ -120,7 +120,7 @@ def test_job_is_requeued_only_when_every_participant_is_silent(db: Database) -> 
     lapse(db, job_id, "a")  # a falls silent
     assert queue.requeue_expired(db) == 0
     assert jobs.get(db, job_id).status == "running"
-    assert queue.heartbeat(db, b, 0.2)  # a heartbeat never pulls the job's lease in
+    assert leases.heartbeat(db, b, 0.2)  # a heartbeat never pulls the job's lease in
     assert jobs.get(db, job_id).lease_expires_at > jobs.get(db, job_id).heartbeat_at
     # Everyone silent: the lease runs out and a new attempt fences out both old participants.
     db.run(lambda s: s.execute(Job.__table__.update().where(Job.id == job_id).values(
@@ -129,7 +129,7 @@ def test_job_is_requeued_only_when_every_participant_is_silent(db: Database) -> 
     new = queue.claim(db, arch="interp", owner="c", lease_s=30)
     assert new is not None and (new.attempt, new.slot) == (2, 0)
     for old in (a, b):
-        assert not queue.heartbeat(db, old, 30)
+        assert not leases.heartbeat(db, old, 30)
         with pytest.raises(LeaseLost):
             queue.finish(db, old)
     assert parts(db, job_id) == {"c": "active"}
@@ -155,7 +155,7 @@ def test_a_failing_participant_fails_the_job_for_all(db: Database) -> None:
     b = queue.join(db, arch="interp", owner="b", lease_s=30)
     assert queue.fail(db, b, "tuner crashed")
     assert jobs.get(db, job_id).status == "failed"
-    assert not queue.heartbeat(db, a, 30)
+    assert not leases.heartbeat(db, a, 30)
     with pytest.raises(LeaseLost):
         queue.finish(db, a)
 
@@ -166,7 +166,7 @@ def test_cancel_fences_out_every_participant(db: Database) -> None:
     b = queue.join(db, arch="interp", owner="b", lease_s=30)
     jobs.cancel(db, job_id)
     for p in (a, b):
-        assert not queue.heartbeat(db, p, 30)
+        assert not leases.heartbeat(db, p, 30)
         with pytest.raises(LeaseLost):
             queue.reserve(db, p, "N1-4", 3)
     assert queue.join(db, arch="interp", owner="c", lease_s=30) is None
@@ -187,7 +187,7 @@ def test_a_done_participant_takes_over_when_the_other_dies(db: Database) -> None
     assert a is not None and b is not None
     assert queue.finish(db, a) is False  # b is live: a waits, heartbeating
     assert queue.take_over(db, a) == "wait"
-    assert queue.heartbeat(db, a, 30)  # a done participant keeps its lease
+    assert leases.heartbeat(db, a, 30)  # a done participant keeps its lease
     with pytest.raises(LeaseLost):
         queue.reserve(db, a, "N1-4", 3)  # ...but measures nothing more
     lapse(db, job_id, "b")  # b dies: its lease runs out

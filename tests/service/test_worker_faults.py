@@ -16,7 +16,7 @@ from typing import Callable
 
 from sqlalchemy import func, select, text
 
-from db import jobs, queue
+from db import jobs, leases, queue
 from db.models import KernelConfig, TrialResult
 from db.session import Database
 from tests.service.procs import start_worker, stop
@@ -121,7 +121,7 @@ def test_worker_frozen_past_its_lease_writes_nothing_when_resumed(db: Database, 
         assert (j.status, j.attempt, j.lease_owner) == ("running", 2, "worker-b")
         assert j.progress == {"trials_done": 0, "trials_failed": 0}  # what B's claim wrote, untouched
         assert n_configs(db) == 0
-        assert queue.heartbeat(db, b, 60)
+        assert leases.heartbeat(db, b, 60)
         assert a.poll() is None  # A lives on, back to claiming
     finally:
         os.kill(a.pid, signal.SIGCONT)

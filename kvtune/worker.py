@@ -9,10 +9,16 @@ nothing more is written: every write is fenced, so even a write racing the loss 
 
 Distributed jobs (db/queue.py says how they are fenced): an idle worker joins a running distributed
 job of its arch and runs the same tuner on the same Optuna studies (the job's database is the RDB
-storage), bucket by bucket, with its own sampler seed (job seed + its slot). Each measurement is
-reserved first, so the job's `trials` per bucket is the budget of all participants together, and the
-parallel trials of one study are spread over as many GPUs as there are participants. The last
-participant to finish reads every current trial of each study and publishes the winners.
+storage), bucket by bucket, with its own sampler seed (`tuner.search.tune_shared`). Each measurement
+is reserved first, so the job's `trials` per bucket is the budget of all participants together, and
+the parallel trials of one study are spread over as many GPUs as there are participants. The last
+participant to finish reads every current trial of each study and publishes the winners
+(`tuner.search.collect_shared`).
+
+The tune entry point (KVTUNE_WORKER_TUNE, `module:function`) has `tuner.search.tune`'s signature;
+one that declares `shared_studies = True` (the real tuner does) gets Optuna's tables created before
+the first job (`tuner.search.prepare_storage`) and one benchmark child per distributed job. A
+stand-in without it (a test's) keeps no study and brings its own runner.
 
 Concurrency (KVTUNE_CONCURRENCY / --concurrency): how many jobs this process runs at once, one
 thread and one lease each. Keep 1 on a GPU (co-running jobs distort each other's timings).
@@ -31,20 +37,19 @@ import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from db import configs as db_configs
-from db import migrate
-from db import queue
-from db.errors import DomainError, LeaseLost
-from db.queue import Lease
-from db.session import Database
 from catalog.core import Bucket, Config
-from catalog.results import BucketResult, TrialRecord, TuneResult
+from catalog.results import TrialRecord, TuneResult
+from db import configs as db_configs
+from db import leases, migrate, queue
+from db.errors import DomainError, LeaseLost
+from db.leases import Lease
+from db.session import Database
+from tuner import search
+from tuner.search import TuneFn
 
 log = logging.getLogger("kvtune.worker")
-
-TuneFn = Callable[..., TuneResult]
 
 
 def load_tune(path: str) -> TuneFn:
@@ -126,7 +131,7 @@ class Worker:
         """Claim and run jobs until stopped; `once`: after one job (per slot); `max_idle_s`: after that
         long idle. With concurrency > 1, each slot is a thread with its own owner id `<owner>/sN`."""
         log.info("%s: worker for %s on %s (concurrency %d)", self.owner, self.arch, self.db.dialect, self.concurrency)
-        if getattr(self.tune, "__module__", "") == "tuner.search":
+        if search.shared_studies(self.tune):
             self._init_optuna_storage()
         if self.concurrency == 1:
             self._loop(self.owner, None, once, max_idle_s)
@@ -143,17 +148,14 @@ class Worker:
         return 0
 
     def _init_optuna_storage(self) -> None:
-        """Create Optuna's tables before the first job. Optuna creates them on first use without a
-        lock, and two workers doing that at once on a fresh PostgreSQL collide (`CREATE TYPE
-        studydirection`: duplicate key), which would fail the job they were starting; here the
-        loser simply retries and finds the tables made."""
-        import optuna
+        """Create Optuna's tables before the first job (`tuner.search.prepare_storage` says why): two
+        workers racing on a fresh PostgreSQL would fail the job they were starting; here the loser
+        simply retries and finds the tables made."""
         from sqlalchemy.exc import SQLAlchemyError
 
         for i in range(5):
             try:
-                storage = optuna.storages.RDBStorage(self.db.optuna_storage_url())
-                storage.engine.dispose()
+                search.prepare_storage(self.db.optuna_storage_url())
                 return
             except SQLAlchemyError as e:
                 log.info("%s: Optuna storage not ready (%s); retrying", self.owner, type(e).__name__)
@@ -210,7 +212,7 @@ class Worker:
         def beat() -> None:
             while not done.wait(self.heartbeat_s):
                 try:
-                    if not queue.heartbeat(self.db, lease, self.lease_s):
+                    if not leases.heartbeat(self.db, lease, self.lease_s):
                         log.warning("%s: job %d: lease lost (expired, re-claimed or cancelled)", lease.owner, lease.job_id)
                         lost.set()
                         return
@@ -242,12 +244,12 @@ class Worker:
                 load_error = f"cannot load kernel family {lease.key.kernel!r}: {e}"
             if family is not None:
                 if lease.distributed:
-                    outcome = self._tune_shared(lease, family, buckets, default_cfg, lost)
+                    outcome = self._tune_shared(lease, buckets, default_cfg, lost)
                     result, error, _ = outcome
                     if not (lost.is_set() or self.stop.is_set()) and error is None and result is not None:
                         # Still under the heartbeat: a participant that finished first may wait for
                         # the others and take over the publishing.
-                        self._finish_shared(lease, family, result, buckets, default_cfg, lost)
+                        self._finish_shared(lease, family, result, buckets, lost)
                         return
                 else:
                     outcome = self._tune_alone(lease, buckets, default_cfg, lost)
@@ -297,78 +299,51 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
             return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
 
-    def _tune_shared(self, lease: Lease, family: Any, buckets: list[Bucket], default_cfg: Config,
+    def _tune_shared(self, lease: Lease, buckets: list[Bucket], default_cfg: Config,
                      lost: threading.Event) -> tuple[TuneResult | None, str | None, _Progress]:
-        """A participant's share of a distributed job: the tuner on the job's shared studies, one
-        bucket at a time, each measurement reserved first (db.queue.reserve) so that all participants
-        together measure `trials` per bucket. Returns this participant's view (its last TuneResult per
-        bucket merged); the winners are read from the studies by whoever finishes last."""
+        """A participant's share of a distributed job (`tuner.search.tune_shared`), each measurement
+        reserved first (db.queue.reserve) so that all participants together measure `trials` per
+        bucket. Returns this participant's view; the winners are read from the studies by whoever
+        finishes last."""
         progress = _Progress(total=lease.trials * len(buckets), default=default_cfg)
         total = lease.trials * len(buckets)
-        seed = lease.seed + lease.slot  # distinct samplers: participants must not propose the same sequence
-        runner = self._shared_runner()
-        parts: list[BucketResult] = []
-        last: TuneResult | None = None
-        end = None if lease.time_budget_s is None else time.monotonic() + lease.time_budget_s
+
+        def may_measure(bucket: Bucket) -> bool:
+            try:
+                return queue.reserve(self.db, lease, bucket.name(), lease.trials)
+            except LeaseLost:
+                log.warning("%s: job %d: lease lost", lease.owner, lease.job_id)
+                lost.set()
+                return False
+            except DomainError as e:  # transient: carry on; the local budget still bounds the bucket
+                log.warning("%s: could not reserve a trial: %s", lease.owner, e)
+                return True
+
+        def on_trial(rec: TrialRecord) -> None:
+            if lost.is_set():
+                return
+            progress.add(rec)
+            try:
+                queue.record_shared_trial(self.db, lease, rec, is_default=rec.config == default_cfg, total=total)
+            except LeaseLost:
+                log.warning("%s: job %d: lease lost; trial %d not recorded", lease.owner, lease.job_id, rec.number)
+                lost.set()
+            except DomainError as e:
+                log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
+
         try:
-            for i, bucket in enumerate(buckets):
-                if lost.is_set() or self.stop.is_set():
-                    break
-                name = bucket.name()
-
-                def should_stop(name: str = name) -> bool:
-                    if lost.is_set() or self.stop.is_set():
-                        return True
-                    try:
-                        return not queue.reserve(self.db, lease, name, lease.trials)
-                    except LeaseLost:
-                        log.warning("%s: job %d: lease lost", lease.owner, lease.job_id)
-                        lost.set()
-                        return True
-                    except DomainError as e:  # transient: carry on; the local budget still bounds the bucket
-                        log.warning("%s: could not reserve a trial: %s", lease.owner, e)
-                        return False
-
-                def on_trial(rec: TrialRecord) -> None:
-                    if lost.is_set():
-                        return
-                    progress.add(rec)
-                    try:
-                        queue.record_shared_trial(self.db, lease, rec, is_default=rec.config == default_cfg, total=total)
-                    except LeaseLost:
-                        log.warning("%s: job %d: lease lost; trial %d not recorded", lease.owner, lease.job_id, rec.number)
-                        lost.set()
-                    except DomainError as e:
-                        log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
-
-                budget = None if end is None else max(0.0, end - time.monotonic()) / (len(buckets) - i)
-                kwargs: dict[str, Any] = {"runner": runner} if runner is not None else {}
-                last = self.tune(lease.key, buckets=[bucket], trials=lease.trials, search=lease.search,
-                                 target=self.arch, time_budget_s=budget, storage=self.db.optuna_storage_url(),
-                                 seed=seed, on_trial=on_trial, should_stop=should_stop, **kwargs)
-                parts.extend(last.buckets)
+            result = search.tune_shared(
+                self.tune, lease.key, buckets, trials=lease.trials, search=lease.search, target=self.arch,
+                time_budget_s=lease.time_budget_s, storage=self.db.optuna_storage_url(), seed=lease.seed,
+                slot=lease.slot, on_trial=on_trial, stopped=lambda: lost.is_set() or self.stop.is_set(),
+                may_measure=may_measure,
+            )
+            return result, None, progress
         except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
             return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
-        finally:
-            if runner is not None:
-                runner.close()
-        if last is None:
-            return TuneResult(key=lease.key, target=self.arch, buckets=()), None, progress
-        return TuneResult(key=last.key, target=last.target, buckets=tuple(parts), device_name=last.device_name,
-                          triton_version=last.triton_version, torch_version=last.torch_version,
-                          search=last.search, seed=lease.seed, timing=last.timing), None, progress
-
-    def _shared_runner(self) -> Any:
-        """One benchmark child for all the buckets of a distributed job (the real tuner starts one per
-        call otherwise); None for a tuner stand-in, which brings its own."""
-        if getattr(self.tune, "__module__", "") != "tuner.search":
-            return None
-        from tuner.bench.runner import BenchRunner
-
-        return BenchRunner(self.arch)
 
     def _finish_shared(self, lease: Lease, family: Any, mine: TuneResult, buckets: list[Bucket],
-                       default_cfg: Config, lost: threading.Event) -> None:
+                       lost: threading.Event) -> None:
         try:
             last = queue.finish(self.db, lease)
             if not last:
@@ -390,7 +365,8 @@ class Worker:
             log.warning("%s: job %d: cannot finish its share: %s", lease.owner, lease.job_id, e)
             return
         log.info("%s: job %d: last participant; publishing the winners of the shared studies", lease.owner, lease.job_id)
-        result = collect_shared(self.db, lease, family, mine, buckets, default_cfg)
+        result = search.collect_shared(lease.key, buckets, mine, queue.attempt_trials(self.db, lease),
+                                       storage=self.db.optuna_storage_url(), seed=lease.seed)
         self._publish(lease, family, result, None)
 
     def _publish(self, lease: Lease, family: Any, result: TuneResult, progress: _Progress | None) -> None:
@@ -428,64 +404,6 @@ class Worker:
             log.info("%s: job %d succeeded: %d bucket(s) published", lease.owner, lease.job_id, len(winners))
         except LeaseLost:
             log.warning("%s: job %d: lease lost before publishing; nothing published", lease.owner, lease.job_id)
-
-
-def collect_shared(db: Database, lease: Lease, family: Any, mine: TuneResult, buckets: list[Bucket],
-                   default_cfg: Config) -> TuneResult:
-    """The job's result as its studies hold it once every participant is done: per bucket, every
-    current trial of the shared Optuna study (what this and earlier runs measured; a trial measured
-    with another template source or on another clock is stale and left out, as the tuner does), plus
-    every trial recorded in this attempt's fenced rows (a tuner stand-in keeps no study). Winners
-    are the fastest verified trials; the default is the default config's trial."""
-    from catalog.families.base import measured_hash
-    from tuner.search import RECORD_ATTR, study_name
-
-    rendered: dict[str, str | None] = {}
-
-    def current(rec: TrialRecord) -> bool:
-        if rec.source_hash:
-            k = rec.config.to_json()
-            if k not in rendered:
-                try:
-                    rendered[k] = measured_hash(family.modules(lease.key, rec.config))
-                except Exception:  # noqa: BLE001 - a config that no longer renders has no current source
-                    rendered[k] = None
-            if rendered[k] != rec.source_hash:
-                return False
-        return not (rec.ok and rec.timing and mine.timing and rec.timing != mine.timing)
-
-    rows = queue.attempt_trials(db, lease)
-    own = {br.bucket: br for br in mine.buckets}
-    out: list[BucketResult] = []
-    for bucket in buckets:
-        recs: dict[int, TrialRecord] = {}
-        for r in (own[bucket].trials if bucket in own else ()):
-            recs[r.number] = r
-        for r in rows:
-            if r.bucket == bucket:
-                recs[r.number] = r
-        try:
-            import optuna
-
-            study = optuna.load_study(study_name=study_name(lease.key, bucket), storage=db.optuna_storage_url())
-            for t in study.get_trials(deepcopy=False):
-                d = t.user_attrs.get(RECORD_ATTR)
-                if d is not None:
-                    recs[t.number] = TrialRecord.from_json(d)
-        except KeyError:
-            pass  # no such study: a tuner stand-in that keeps none
-        trials = sorted((r for r in recs.values() if r.bucket == bucket and current(r)), key=lambda r: r.number)
-        defaults = sorted((r for r in trials if r.config == default_cfg), key=lambda r: (not r.ok, r.number))
-        if not defaults:
-            continue  # nothing to compare against: this bucket is not published
-        ok = [r for r in trials if r.ok]
-        best = min(ok, key=lambda r: (r.time_us, r.number)) if ok else None
-        pruned = own[bucket].pruned if bucket in own else 0
-        out.append(BucketResult(bucket=bucket, default=defaults[0], best=best, trials=tuple(trials), pruned=pruned))
-    return TuneResult(key=lease.key, target=mine.target, buckets=tuple(out), device_name=mine.device_name,
-                      triton_version=mine.triton_version, torch_version=mine.torch_version, search=mine.search,
-                      seed=lease.seed, timing=mine.timing)
-
 
 
 def winner_warmup_keys(family: Any, key: Any, winners: list[Any], target: str) -> dict[str, list[dict[str, Any]]]:
