@@ -202,7 +202,7 @@ def main_demo(trials: int | None = None, time_budget_s: float | None = None, kee
     of it. With `keep_serving` (the default on a terminal) the API stays up for the dashboard."""
     import sys
 
-    from api.client import ClientError, KvtuneClient
+    from tuner.runtime.client import ClientError, KvtuneClient
 
     target = detect()
     arch, small = target.name, not target.is_gpu

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.app import create_app
-from api.client import ClientError, KvtuneClient
+from tuner.runtime.client import ClientError, KvtuneClient
 from catalog.settings import Settings
 from db import queue
 from db.models import Job, LookupMiss

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from api.client import KvtuneClient
+from tuner.runtime.client import KvtuneClient
 from tests.service.procs import start_server, start_worker, stop
 
 pytestmark = pytest.mark.timeout(300)

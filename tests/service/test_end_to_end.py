@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from api.client import KvtuneClient
+from tuner.runtime.client import KvtuneClient
 from tests.service.procs import start_server, start_worker, stop
 from templates.render import source_hash
 

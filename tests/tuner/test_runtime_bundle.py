@@ -22,7 +22,7 @@ import triton
 
 import catalog.families.decode as decode_spec
 import tuner.kernels.decode as decode_launcher
-from api.client import KvtuneClient
+from tuner.runtime.client import KvtuneClient
 from catalog.core import Bucket, Config
 from catalog.families import get_spec
 from catalog.keys import make_key

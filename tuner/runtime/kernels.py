@@ -110,7 +110,7 @@ class TunedKernels:
                     report_interval_s: float = 30.0, **kw: Any) -> TunedKernels:
         """Fetch the bundle of (arch, heads, topk, window[, formats]) from a kvtune API (with this
         process's Triton version and GPU name), build, and report misses back to it."""
-        from api.client import KvtuneClient
+        from tuner.runtime.client import KvtuneClient
 
         proc = kw.pop("process", None) or this_process()
         cl = client or KvtuneClient(url, token=token)

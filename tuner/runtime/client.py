@@ -1,4 +1,5 @@
-"""A small engine-side client: fetch the config bundle at startup, with timeouts, retries with
+"""The engine side's HTTP client (httpx only: importing it loads no torch), which
+`TunedKernels.from_server` and scripts use: fetch the config bundle at startup, with timeouts, retries with
 backoff on transient failures (connection errors, timeouts, 5xx, 429), and ETag reuse (a bundle
 that did not change comes back as 304 and the cached copy is returned). Also the few calls a
 script needs to submit a tune job and wait for it.
