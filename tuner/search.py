@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 from catalog.families.base import measured_hash
 from catalog.results import BucketResult, TrialRecord, TuneResult
+from catalog.searches import SEARCHES  # the names, torch-free (the API validates them); used here too
 from catalog.space import Space
 from tuner.kernels import get_family
 from tuner.kernels.base import KernelFamily
@@ -37,7 +38,6 @@ from tuner.kernels.base import KernelFamily
 if TYPE_CHECKING:
     from tuner.bench import BenchRunner, Runner
 
-SEARCHES = ("tpe", "random", "grid")
 RECORD_ATTR = "kvtune_record"
 PRUNED_ATTR = "kvtune_pruned"
 _EXHAUST_LIMIT = 200_000  # spaces up to this many raw combinations are counted, to stop when all are measured
