@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from db.errors import Conflict, DatabaseUnavailable, InvalidRequest, LeaseLost, NotFound
 
@@ -54,6 +55,16 @@ def _message(errors: list[dict[str, Any]]) -> str:
     return "; ".join(f"{'.'.join(e['loc'][1:]) or e['loc'][0] if e['loc'] else 'body'}: {e['msg']}" for e in errors[:5])
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route of the app serves at this request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -66,6 +77,9 @@ def install(app: FastAPI) -> None:
         # is the same mistake as any other malformed JSON, so it gets the same 422.
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
             return JSONResponse(status_code=422, content={"detail": "the request body is not valid JSON (or not UTF-8)"})
+        if exc.status_code == 405:  # Starlette's Allow names one route's methods; a path may have several
+            return JSONResponse(status_code=405, content={"detail": str(exc.detail)},
+                                headers={"Allow": ", ".join(_allowed(request))})
         return await http_exception_handler(request, exc)
 
     def status(code: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:

@@ -23,7 +23,7 @@ from api.validation import request_digest, tune_spec
 
 router = APIRouter(prefix="/v1", tags=["tune"])
 IdempotencyKey = Annotated[str | None, Header(
-    min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
     description="makes the submission idempotent: a retry with the same key and body returns the first job",
 )]
 
