@@ -3,16 +3,17 @@ anything is queued."""
 
 from __future__ import annotations
 
+import hashlib
+
 from catalog.core import Bucket, ProblemKey
 from catalog.families import family_names, get_spec
-from catalog.formats import FORMATS
 from catalog.keys import make_key
 from catalog.settings import Settings
 from catalog.targets import TARGETS
 from db.errors import InvalidRequest
 from db.jobs import JobSpec
 
-from api.schemas import TuneRequest
+from api.schemas import FORMAT_NAMES, TuneRequest
 
 
 def check_arch(arch: str) -> None:
@@ -35,9 +36,10 @@ def check_shape(settings: Settings, heads: int, topk: int, window: int) -> None:
 
 
 def check_formats(formats: list[str] | None) -> None:
+    """Record formats, or a query dtype (a logits key's second format)."""
     for f in formats or ():
-        if f not in FORMATS:
-            raise InvalidRequest(f"unknown record format {f!r}; known: {sorted(FORMATS)}")
+        if f not in FORMAT_NAMES:
+            raise InvalidRequest(f"unknown record format {f!r}; known: {list(FORMAT_NAMES)}")
 
 
 def key_for(kernel: str, arch: str, heads: int, topk: int, window: int, formats: list[str] | None) -> ProblemKey:
@@ -45,6 +47,17 @@ def key_for(kernel: str, arch: str, heads: int, topk: int, window: int, formats:
         return make_key(kernel, arch, heads, topk, window, formats)
     except (ValueError, TypeError, KeyError, IndexError) as e:
         raise InvalidRequest(f"cannot build a {kernel} key from this request: {e}") from None
+
+
+def check_renders(key: ProblemKey) -> list[Bucket]:
+    """The key's default buckets, once its space, default config and modules are known to build: any
+    failure of the family here (a template's included) is the request's problem, named, not a 500."""
+    family = get_spec(key.kernel)
+    try:
+        family.modules(key, family.default_config(key))
+        return family.buckets(key)
+    except Exception as e:  # noqa: BLE001  (whatever the family raises, the client gets it as a 422)
+        raise InvalidRequest(f"{key.kernel} cannot be tuned for {key.slug()}: {type(e).__name__}: {e}") from None
 
 
 def tune_spec(req: TuneRequest, settings: Settings, submitted_by: str | None = None) -> JobSpec:
@@ -58,12 +71,7 @@ def tune_spec(req: TuneRequest, settings: Settings, submitted_by: str | None = N
         raise InvalidRequest(f"time_budget_s={req.time_budget_s} is more than {settings.max_time_budget_s}")
     key = key_for(req.kernel, req.arch, req.heads, req.topk, req.window, req.formats)
 
-    family = get_spec(key.kernel)
-    try:
-        family.space(key)  # formats a family cannot read show up here
-        default_buckets = family.buckets(key)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise InvalidRequest(f"{key.kernel} cannot be tuned for {key.slug()}: {e}") from None
+    default_buckets = check_renders(key)
 
     buckets: tuple[Bucket, ...] | None = None
     if req.buckets:
@@ -76,6 +84,8 @@ def tune_spec(req: TuneRequest, settings: Settings, submitted_by: str | None = N
                 raise InvalidRequest(f"bucket dim {b.dim!r} is not a batch dimension of {key.kernel} (use {dims})")
             if b.hi > settings.max_bucket_size:
                 raise InvalidRequest(f"bucket {b.dim}{b.lo}-{b.hi} is larger than {settings.max_bucket_size}")
+            if b.ctx > settings.max_ctx:
+                raise InvalidRequest(f"bucket context ctx={b.ctx} is longer than this service accepts ({settings.max_ctx})")
             try:
                 out.append(Bucket(b.dim, b.lo, b.hi, b.ctx))
             except ValueError as e:
@@ -90,3 +100,9 @@ def tune_spec(req: TuneRequest, settings: Settings, submitted_by: str | None = N
         key=key, buckets=buckets, trials=req.trials, search=req.search, time_budget_s=req.time_budget_s,
         seed=req.seed, max_attempts=settings.max_attempts, submitted_by=submitted_by,
     )
+
+
+def request_digest(req: TuneRequest) -> str:
+    """The request as validated, defaults filled in: a body that only spells out a default is the same
+    request (an Idempotency-Key retry matches it)."""
+    return hashlib.sha256(req.model_dump_json().encode()).hexdigest()

@@ -27,15 +27,23 @@ def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: i
         if len(fm) > 1:
             raise ValueError(f"pack takes one record format, got {list(fm)}")
         return pack_key(fm[0] if fm else PACK_FORMAT, arch)
+    # Each family's format check runs here, so a key that exists can always be defaulted and rendered
+    # (a bundle skips a family whose key raises ValueError; a later failure would be a 500).
     if kernel == "decode":
+        from catalog.families.decode import check_formats as check_decode
+
         fm = fm or DECODE_FORMATS
         if len(fm) != 2:
             raise ValueError(f"decode takes two formats (compressed, window), got {list(fm)}")
+        check_decode(*fm)
         return ProblemKey("decode", arch, heads=heads, topk=topk, window=window, formats=fm, head_dim=DECODE_HEAD_DIM)
     if kernel == "logits":
         fm = fm or LOGITS_FORMATS
         if len(fm) != 2:
             raise ValueError(f"logits takes (cache format, query dtype), got {list(fm)}")
+        from catalog.families.logits import check_formats as check_logits
+
+        check_logits(*fm)
         return ProblemKey("logits", arch, heads=LOGITS_HEADS, topk=topk, window=0, formats=fm, head_dim=LOGITS_HEAD_DIM)
     raise ValueError(f"unknown kernel {kernel!r}; known: pack, decode, logits")
 

@@ -18,6 +18,9 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SecretsSettingsSource, SettingsConfigDict
 
 
+INT32_MAX = 2**31 - 1
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KVTUNE_", extra="ignore")
 
@@ -38,16 +41,19 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(True, description="run Alembic migrations to head at API/worker start")
 
     # Request limits: checked before anything is queued.
-    max_body_bytes: int = Field(64 * 1024, ge=1024)
-    max_trials: int = Field(4096, ge=1)
-    max_time_budget_s: float = Field(7 * 24 * 3600.0, gt=0)
-    max_heads: int = Field(1024, ge=1)
-    max_topk: int = Field(1 << 16, ge=1)
-    max_window: int = Field(1 << 16, ge=1)
-    max_buckets: int = Field(32, ge=1)
-    max_bucket_size: int = Field(1 << 22, ge=1)
+    # Every limit on a stored integer stays within a 32-bit column (INT32_MAX): a larger value would
+    # overflow it on PostgreSQL (a DataError), or a bucket's name its String(64) column.
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=INT32_MAX)
+    max_trials: int = Field(4096, ge=1, le=INT32_MAX)
+    max_time_budget_s: float = Field(7 * 24 * 3600.0, gt=0, le=1e9)
+    max_heads: int = Field(1024, ge=1, le=INT32_MAX)
+    max_topk: int = Field(1 << 16, ge=1, le=INT32_MAX)
+    max_window: int = Field(1 << 16, ge=1, le=INT32_MAX)
+    max_buckets: int = Field(32, ge=1, le=256)
+    max_bucket_size: int = Field(1 << 22, ge=1, le=INT32_MAX)
+    max_ctx: int = Field(1 << 24, ge=0, le=INT32_MAX, description="largest context length of a bucket")
     max_attempts: int = Field(3, ge=1, le=100)
-    max_workers_per_job: int = Field(64, ge=1, description="largest max_workers a distributed job may ask for")
+    max_workers_per_job: int = Field(64, ge=1, le=INT32_MAX, description="largest max_workers a distributed job may ask for")
 
     # Workers (`kvtune worker` flags override these: --database-url, --gpu, --arch, --concurrency,
     # --lease, --heartbeat, --poll, --name, --no-join).

@@ -20,6 +20,11 @@ class InvalidRequest(DomainError):
     """The request is well-formed JSON but asks for something that cannot be done."""
 
 
+class InvalidData(InvalidRequest):
+    """The database refused a value (too long for its column, out of an integer's range, a check
+    constraint): the request's data, never an outage."""
+
+
 class DatabaseUnavailable(DomainError):
     """The database could not be reached, or stayed busy through every retry."""
 

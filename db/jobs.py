@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from db.clock import utcnow
-from db.errors import Conflict, NotFound
+from db.errors import Conflict, InvalidRequest, NotFound
 from db.models import ACTIVE_STATUSES, Job, JobStatus, TrialResult
 from db.session import Database
 from catalog.core import Bucket, ProblemKey
@@ -29,6 +29,8 @@ class JobSpec:
     submitted_by: str | None = None
     distributed: bool = False  # several workers of the arch may run it together, sharing its studies
     max_workers: int | None = None  # at most this many participants at once (None: no cap)
+    idempotency_key: str | None = None  # the client's Idempotency-Key: a retry with it gets this job back
+    request_hash: str | None = None  # digest of the request, to tell a retry from a reuse of the key
 
 
 def _insert(s: Session, spec: JobSpec) -> Job:
@@ -50,6 +52,8 @@ def _insert(s: Session, spec: JobSpec) -> Job:
         submitted_by=spec.submitted_by,
         distributed=spec.distributed,
         max_workers=spec.max_workers if spec.distributed else None,
+        idempotency_key=spec.idempotency_key,
+        request_hash=spec.request_hash,
         created_at=now,
         updated_at=now,
         progress={"trials_done": 0, "trials_failed": 0},
@@ -61,6 +65,32 @@ def _insert(s: Session, spec: JobSpec) -> Job:
 
 def submit(db: Database, spec: JobSpec) -> Job:
     return db.run(lambda s: _insert(s, spec))
+
+
+class IdempotencyKeyReused(InvalidRequest):
+    """An Idempotency-Key already names a job submitted with a different request."""
+
+
+def submit_idempotent(db: Database, spec: JobSpec) -> tuple[Job, bool]:
+    """(job, created): a new job, or where `spec.idempotency_key` already names one submitted with
+    the same `request_hash`, that job (created False), so a client's retry never makes a second.
+    The same key with another request is IdempotencyKeyReused."""
+    if spec.idempotency_key is None:
+        return submit(db, spec), True
+
+    def tx(s: Session) -> tuple[Job, bool]:
+        job = s.scalar(select(Job).where(Job.idempotency_key == spec.idempotency_key))
+        if job is None:
+            return _insert(s, spec), True
+        if job.request_hash != spec.request_hash:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {spec.idempotency_key!r} was used for a different request (job {job.id})")
+        return job, False
+
+    try:
+        return db.run(tx)
+    except Conflict:  # a concurrent retry inserted the key first (the unique index): it is ours to return
+        return db.run(tx)
 
 
 def submit_many(db: Database, specs: list[JobSpec]) -> list[int]:

@@ -43,6 +43,7 @@ class Job(Base):
         CheckConstraint(f"status IN ({_STATUS_VALUES})", name="ck_jobs_status"),
         Index("ix_jobs_claim", "status", "arch", "id"),
         Index("ix_jobs_key_slug", "key_slug"),
+        Index("uq_jobs_idempotency_key", "idempotency_key", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -75,6 +76,10 @@ class Job(Base):
     # `max_workers` caps the participants of one attempt (None: as many as come).
     distributed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     max_workers: Mapped[int | None] = mapped_column(Integer)
+    # Idempotent submission (revision 0004): the client's Idempotency-Key (unique where set) and the
+    # digest of the request it came with; a retry with the key gets this job back.
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class ParticipantStatus(str, enum.Enum):

@@ -22,10 +22,10 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from db.errors import Conflict, DatabaseUnavailable, DomainError
+from db.errors import Conflict, DatabaseUnavailable, DomainError, InvalidData
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,6 +107,10 @@ class Database:
             raise
         except IntegrityError as e:
             raise Conflict(f"conflicting write: {_short(e)}") from e
+        except DataError as e:  # a value its column cannot hold: the data's fault, not the database's
+            raise InvalidData(f"the database refused a value: {_short(e)}") from e
+        except OverflowError as e:  # SQLite's driver: an int beyond 64 bits, refused before the database
+            raise InvalidData(f"the database refused a value: {e}") from e
         except SQLAlchemyError as e:
             raise DatabaseUnavailable(f"database error: {_short(e)}") from e
         finally:

@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 from catalog.core import Bucket, Config, ProblemKey, TrialStatus
 from catalog.families.base import measured_hash
 from catalog.results import BucketResult, TrialRecord, TuneResult
+from catalog.searches import SEARCHES  # the names, torch-free (the API validates them); used here too
 from catalog.space import Space
 from tuner.kernels import get_family
 from tuner.kernels.base import KernelFamily
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from tuner.bench.runner import BenchRunner
 
 TuneFn = Callable[..., TuneResult]  # `tune`'s signature: this module's, or a stand-in's (tests)
-SEARCHES = ("tpe", "random", "grid")
 RECORD_ATTR = "kvtune_record"
 PRUNED_ATTR = "kvtune_pruned"
 _EXHAUST_LIMIT = 200_000  # spaces up to this many raw combinations are counted, to stop when all are measured

@@ -11,11 +11,13 @@ from db.errors import DomainError
 from db.session import Database
 
 from api.deps import get_db
+from api.schemas import HealthBody
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=HealthBody,
+            responses={503: {"model": HealthBody, "description": "the database is unreachable or not migrated"}})
 def healthz(db: Database = Depends(get_db)) -> JSONResponse:
     try:
         db.run(lambda s: s.execute(text("SELECT 1")).scalar(), write=False, retries=1)

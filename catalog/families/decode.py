@@ -64,6 +64,12 @@ def _fmt512(fmt: str | RecordFormat) -> RecordFormat:
     return f
 
 
+def check_formats(comp_fmt: str, win_fmt: str) -> None:
+    """ValueError unless the tile reads both records (what `catalog.keys.make_key` checks)."""
+    _fmt512(comp_fmt)
+    _fmt512(win_fmt)
+
+
 def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
 

@@ -137,6 +137,12 @@ def _check_q_dtype(q_dtype: str) -> str:
     return q_dtype
 
 
+def check_formats(fmt: str, q_dtype: str) -> None:
+    """ValueError unless the kernel reads `fmt` caches with `q_dtype` queries (`make_key` checks)."""
+    _check_fmt(fmt)
+    _check_q_dtype(q_dtype)
+
+
 def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS) -> Space:
     """The logits search space for one cache format, query dtype and head count.
 
