@@ -294,6 +294,8 @@ class Worker:
                 search=lease.search, target=self.arch, time_budget_s=lease.time_budget_s,
                 storage=self.db.optuna_storage_url(), seed=lease.seed, on_trial=on_trial,
                 should_stop=lambda: lost.is_set() or self.stop.is_set(),
+                # One study per job: two jobs of a key never share trials or a default.
+                **({"study_job": lease.job_id} if search.shared_studies(self.tune) else {}),
             )
             return result, None, progress
         except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
@@ -336,7 +338,7 @@ class Worker:
                 self.tune, lease.key, buckets, trials=lease.trials, search=lease.search, target=self.arch,
                 time_budget_s=lease.time_budget_s, storage=self.db.optuna_storage_url(), seed=lease.seed,
                 slot=lease.slot, on_trial=on_trial, stopped=lambda: lost.is_set() or self.stop.is_set(),
-                may_measure=may_measure,
+                may_measure=may_measure, study_job=lease.job_id,
             )
             return result, None, progress
         except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
@@ -366,7 +368,7 @@ class Worker:
             return
         log.info("%s: job %d: last participant; publishing the winners of the shared studies", lease.owner, lease.job_id)
         result = search.collect_shared(lease.key, buckets, mine, queue.attempt_trials(self.db, lease),
-                                       storage=self.db.optuna_storage_url(), seed=lease.seed)
+                                       storage=self.db.optuna_storage_url(), seed=lease.seed, study_job=lease.job_id)
         self._publish(lease, family, result, None)
 
     def _publish(self, lease: Lease, family: Any, result: TuneResult, progress: _Progress | None) -> None:

@@ -48,8 +48,12 @@ PRUNED_ATTR = "kvtune_pruned"
 _EXHAUST_LIMIT = 200_000  # spaces up to this many raw combinations are counted, to stop when all are measured
 
 
-def study_name(key: ProblemKey, bucket: Bucket) -> str:
-    return f"{key.slug()}/{bucket.name()}"
+def study_name(key: ProblemKey, bucket: Bucket, job: int | None = None) -> str:
+    """The Optuna study of (key, bucket): `job<id>/<slug>/<bucket>` for a service job, so two jobs of
+    one key never share a study or a default trial (the attempts and participants of one job do);
+    `<slug>/<bucket>` for a run outside the service (`kvtune tune --storage`), which reuses it."""
+    base = f"{key.slug()}/{bucket.name()}"
+    return base if job is None else f"job{job}/{base}"
 
 
 def make_sampler(search: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
@@ -136,13 +140,13 @@ class _Current:
 
 
 def _open_study(runner: Runner, fam: KernelFamily, key: ProblemKey, bucket: Bucket, space: Space, default: Config,
-                *, search: str, seed: int, trials: int,
-                storage: str | None) -> tuple[optuna.Study, dict[str, TrialRecord], _Current]:
+                *, search: str, seed: int, trials: int, storage: str | None,
+                study_job: int | None = None) -> tuple[optuna.Study, dict[str, TrialRecord], _Current]:
     """The (key, bucket) study, created or loaded, with what it already holds measured (current
     records only, by config) and, unless the search walks a grid, the default and then the family's
     seed configs enqueued where they are neither measured nor waiting already."""
     target = runner.target
-    study = optuna.create_study(study_name=study_name(key, bucket), storage=storage, direction="minimize",
+    study = optuna.create_study(study_name=study_name(key, bucket, study_job), storage=storage, direction="minimize",
                                 sampler=make_sampler(search, seed, trials), load_if_exists=True)
     # Several workers may share the study: what is already measured is reused, never re-measured
     # (unless it is stale: another template source or another clock).
@@ -191,10 +195,11 @@ def _measure(runner: Runner, study: optuna.Study, trial: optuna.Trial, family: s
 def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
                 search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
                 on_trial: Callable[[TrialRecord], None] | None = None,
-                should_stop: Callable[[], bool] | None = None, space: Space | None = None) -> BucketResult | None:
+                should_stop: Callable[[], bool] | None = None, space: Space | None = None,
+                study_job: int | None = None) -> BucketResult | None:
     """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
     (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
-    sub-grid); its default is then trial 0."""
+    sub-grid); its default is then trial 0. `study_job` names the service job whose study it is."""
     fam = get_family(family)
     target = runner.target
     if space is None:
@@ -203,7 +208,7 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
         default = space.default()
     names = space.names()
     study, seen, current = _open_study(runner, fam, key, bucket, space, default, search=search, seed=seed,
-                                       trials=trials, storage=storage)
+                                       trials=trials, storage=storage, study_job=study_job)
     grid = _grid_order(space, default) if search == "grid" else None
     runnable = _count_runnable(space, fam, target)
     budget = _Budget(trials, deadline, should_stop)
@@ -280,7 +285,7 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
          target: str = "auto", time_budget_s: float | None = None, storage: str | None = None, seed: int = 0,
          on_trial: Callable[[TrialRecord], None] | None = None, should_stop: Callable[[], bool] | None = None,
          runner: "BenchRunner | Runner | None" = None, family: str | None = None,
-         space: Space | None = None) -> TuneResult:
+         space: Space | None = None, study_job: int | None = None) -> TuneResult:
     """Tune `key` bucket by bucket and return per-bucket default vs best (verified) results.
 
     `family` defaults to `key.kernel` (a registered name or a dotted path); `buckets` default to the
@@ -288,6 +293,7 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
     passed in is left open). `on_trial` is called after every measured trial, failures included;
     `should_stop` is polled between trials for a clean early exit. A key whose arch is "auto" takes
     the runner's target. `space` replaces the family's search space (see `tune_bucket`).
+    `study_job`: the service job the studies belong to (`study_name`).
     """
     from tuner.bench.runner import BenchRunner
 
@@ -316,7 +322,8 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
             share = bucket_share_s(end, len(todo) - i)
             deadline = None if share is None else time.monotonic() + share
             r = tune_bucket(run, fam_name, key, b, trials=trials, search=search, seed=seed, storage=storage,
-                            deadline=deadline, on_trial=on_trial, should_stop=should_stop, space=space)
+                            deadline=deadline, on_trial=on_trial, should_stop=should_stop, space=space,
+                            study_job=study_job)
             if r is not None:
                 results.append(r)
         info = run.info()
@@ -351,7 +358,7 @@ def prepare_storage(url: str) -> None:
     The storage contract this module relies on (Optuna's `RDBStorage`, `optuna.storages.BaseStorage`):
     - Each `create_study`/`load_study` call with a URL builds its own `RDBStorage` (its own engine):
       studies are shared through the database, never through a Python object.
-    - A study is one row by name (`study_name`: `<key.slug()>/<bucket.name()>`); `create_study(...,
+    - A study is one row by name (`study_name`: `job<id>/<key.slug()>/<bucket.name()>`); `create_study(...,
       load_if_exists=True)` from several processes yields the same study.
     - Trial numbers are assigned by the storage, unique within a study, so participants never
       overwrite each other's trials; a finished trial is never modified again.
@@ -370,7 +377,7 @@ def prepare_storage(url: str) -> None:
 def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, trials: int, search: str, target: str,
                 time_budget_s: float | None, storage: str, seed: int, slot: int,
                 on_trial: Callable[[TrialRecord], None], stopped: Callable[[], bool],
-                may_measure: Callable[[Bucket], bool]) -> TuneResult:
+                may_measure: Callable[[Bucket], bool], study_job: int | None = None) -> TuneResult:
     """One participant's share of a distributed job: `tune_fn` on the job's shared studies in
     `storage`, one bucket at a time, each bucket an equal share of the time left (`bucket_share_s`).
     Before each measurement it asks `may_measure(bucket)` (the job's reservation: all participants
@@ -382,7 +389,7 @@ def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, tria
 
     # One benchmark child for all the buckets (the real tuner starts one per call otherwise).
     runner = BenchRunner(target) if shared_studies(tune_fn) else None
-    kwargs: dict[str, Any] = {"runner": runner} if runner is not None else {}
+    kwargs: dict[str, Any] = {"runner": runner, "study_job": study_job} if runner is not None else {}
     end = None if time_budget_s is None else time.monotonic() + time_budget_s
     parts: list[BucketResult] = []
     last: TuneResult | None = None
@@ -408,17 +415,17 @@ def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, tria
                       search=last.search, seed=seed, timing=last.timing)
 
 
-def _study_records(key: ProblemKey, bucket: Bucket, storage: str) -> list[TrialRecord]:
+def _study_records(key: ProblemKey, bucket: Bucket, storage: str, study_job: int | None) -> list[TrialRecord]:
     """Every recorded trial of the (key, bucket) study in `storage`; none when there is no such
     study (a tuner stand-in keeps none)."""
     try:
-        return _records(optuna.load_study(study_name=study_name(key, bucket), storage=storage))
+        return _records(optuna.load_study(study_name=study_name(key, bucket, study_job), storage=storage))
     except KeyError:
         return []
 
 
 def collect_shared(key: ProblemKey, buckets: list[Bucket], mine: TuneResult, recorded: Iterable[TrialRecord], *,
-                   storage: str, seed: int, family: str | None = None) -> TuneResult:
+                   storage: str, seed: int, family: str | None = None, study_job: int | None = None) -> TuneResult:
     """A distributed job's result as its studies hold it once every participant is done: per
     bucket, the trials of `mine` (this participant's `tune_shared` result), then every trial in
     `recorded` (the attempt's fenced rows: a stand-in keeps no study), then every trial of the
@@ -435,7 +442,7 @@ def collect_shared(key: ProblemKey, buckets: list[Bucket], mine: TuneResult, rec
     for bucket in buckets:
         recs: dict[int, TrialRecord] = {r.number: r for r in (own[bucket].trials if bucket in own else ())}
         recs.update((r.number, r) for r in rows if r.bucket == bucket)
-        recs.update((r.number, r) for r in _study_records(key, bucket, storage))
+        recs.update((r.number, r) for r in _study_records(key, bucket, storage, study_job))
         br = bucket_result(bucket, (r for r in recs.values() if current(r)), default,
                            own[bucket].pruned if bucket in own else 0, verified_default=True)
         if br is not None:

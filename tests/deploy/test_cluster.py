@@ -223,7 +223,7 @@ def test_readme_cluster_section_runs_a_distributed_job_on_two_workers(pg_url: st
     key = make_key("pack", "interp", 16, 512, 128, None)
     per_worker: Counter[str] = Counter()
     for name, bucket in (("N1-4", Bucket("N", 1, 4)), ("N5-64", Bucket("N", 5, 64))):
-        study = optuna.load_study(study_name=study_name(key, bucket), storage=storage)
+        study = optuna.load_study(study_name=study_name(key, bucket, 1), storage=storage)  # job 1: its own study
         finished = {t.number for t in study.get_trials(deepcopy=False)
                     if t.state.is_finished() and RECORD_ATTR in t.user_attrs}
         mine = {t.number: t.worker for t in trials if t.bucket == name}

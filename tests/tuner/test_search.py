@@ -171,6 +171,22 @@ def test_time_budget_and_should_stop(table: dict) -> None:
     assert tune(SIM_KEY, buckets=SIM_BUCKETS, runner=SimulatedRunner(table), should_stop=lambda: True).buckets == ()
 
 
+def test_two_jobs_of_one_key_never_share_a_study_or_a_default(table: dict, tmp_path: Path) -> None:
+    # Issue 24: two concurrent jobs of one key shared one Optuna study and the first job's default
+    # trial. A service job's studies are its own (the worker passes its job id); its next attempt
+    # resumes them.
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    b = SIM_BUCKETS[0]
+    runs = {job: SimulatedRunner(table) for job in (1, 2)}
+    r = {job: tune(SIM_KEY, buckets=[b], trials=3, storage=url, runner=runs[job], study_job=job) for job in (1, 2)}
+    assert runs[1].calls == 3 and runs[2].calls == 3  # job 2 measured its own default
+    assert r[2].buckets[0].default.number == 0 and len(r[2].buckets[0].trials) == 3
+    assert sorted(optuna.study.get_all_study_names(storage=url)) == [f"job{j}/{SIM_KEY.slug()}/{b.name()}" for j in (1, 2)]
+    again = SimulatedRunner(table)
+    r3 = tune(SIM_KEY, buckets=[b], trials=3, storage=url, runner=again, study_job=1)  # job 1's next attempt
+    assert len(r3.buckets[0].trials) == 6 and r3.buckets[0].default == r[1].buckets[0].default  # resumed
+
+
 def test_shared_rdb_study_resumes_without_remeasuring(table: dict, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     b = SIM_BUCKETS[0]
