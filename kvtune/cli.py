@@ -59,6 +59,21 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                        database_url=args.database_url, name=args.name, join_distributed=args.join)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from kvtune.export import ExportError, export
+
+    fmts = [f for f in (args.formats or "").split(",") if f] or None
+    try:
+        written = export(args.out, arch=args.arch, heads=args.heads, topk=args.topk, window=args.window, formats=fmts,
+                         url=args.url, token=args.token, database_url=args.database_url, device_name=args.device_name)
+    except (ExportError, ValueError) as e:
+        print(f"kvtune export: {e}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
 def _cmd_db(args: argparse.Namespace) -> int:
     from catalog.settings import Settings
     from db import migrate
@@ -219,6 +234,21 @@ def _add_service_commands(sub: argparse._SubParsersAction) -> None:
     dbp.add_argument("action", choices=["upgrade", "current"], help="upgrade to head, or print the current revision")
     _database_url(dbp)
     dbp.set_defaults(func=_cmd_db)
+
+    ex = sub.add_parser("export", formatter_class=_Help,
+                        help="write a model shape's configs and sources as files (TunedKernels.from_folder)")
+    ex.add_argument("--arch", required=True, choices=list(TARGETS), help="the target the configs are for")
+    ex.add_argument("--heads", type=int, default=16, help="local attention heads")
+    ex.add_argument("--topk", type=int, default=512, help="compressed keys a token attends to")
+    ex.add_argument("--window", type=int, default=128, help="sliding-window keys")
+    ex.add_argument("--formats", default=None, help="comma list, as GET /v1/configs takes it (default: each family's)")
+    ex.add_argument("--out", required=True, help="the folder to write (created if missing)")
+    ex.add_argument("--url", default=None, help="read from a running API instead of the database")
+    ex.add_argument("--token", default=None, help="bearer token for --url (reads need none)")
+    ex.add_argument("--device-name", default=None,
+                    help="the GPU the files are named for (default: the one the tuned configs were measured on)")
+    _database_url(ex)
+    ex.set_defaults(func=_cmd_export)
 
     c = sub.add_parser("completion", formatter_class=_Help, help="print a shell completion script")
     c.add_argument("shell", choices=["bash"], help="the shell (bash's `complete` is also read by zsh's bashcompinit)")

@@ -11,7 +11,7 @@ import pytest
 
 from kvtune.cli import build_parser
 
-DATABASE_COMMANDS = ("serve", "worker", "db")
+DATABASE_COMMANDS = ("serve", "worker", "db", "export")
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
