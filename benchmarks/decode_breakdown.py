@@ -69,12 +69,12 @@ def main() -> int:
     shape = (2, 32, 16) if args.smoke else (16, 512, 128)
     cfgs = args.cfg or [""]
     rows = []
-    real_module, real_combine = D._module, D.launch_combine
+    real_module, real_combine = D.launch._module, D.launch.launch_combine
     try:
         for name in VARIANTS:
             rows += _time_variant(name, cfgs, shape, dev, args.smoke, real_combine)
     finally:
-        D._module, D.launch_combine = real_module, real_combine
+        D.launch._module, D.launch.launch_combine = real_module, real_combine
     _write(Path(args.out), rows, cfgs, provenance())
     return 0
 
@@ -85,13 +85,13 @@ def _time_variant(name: str, cfgs: list[str], shape: tuple[int, int, int], dev: 
     from benchmarks.common import parse_cfg
 
     # empty_nomerge: the launcher's combine launch left out (COMBINE=fused merges in-kernel anyway).
-    D.launch_combine = (lambda *a, **k: None) if name == "empty_nomerge" else real_combine
+    D.launch.launch_combine = (lambda *a, **k: None) if name == "empty_nomerge" else real_combine
     rows = []
     for text in cfgs:
         cfg0 = parse_cfg(text, D.default_config(*PAIR))
         # The variant rendered with the config's e2m1 backend (its module is what the launcher runs).
         mod = R.load(variant(SOURCE_OF.get(name, name), cfg0["backend"]))
-        D._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
+        D.launch._module = lambda *a, _m=mod: _m  # the launcher's module cache, pointed at this variant
         for t in ((1, 2) if smoke else (1, 8, 64)):
             inp = D.make_decode_inputs(*PAIR, t, shape[0], shape[1], shape[2], dev, seed=t)
             cfg = cfg0

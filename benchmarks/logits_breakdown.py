@@ -101,7 +101,7 @@ def main() -> int:
                 src = breakdown_source(fmt, cfg, name, real_render)
                 if src is None:
                     continue
-                L.render_variant = lambda *a, _s=src: R.Rendered("logits.py.j2", _s)  # the launcher's module
+                L.launch.render_variant = lambda *a, _s=src: R.Rendered("logits.py.j2", _s)  # the launcher's module
                 try:
                     if args.smoke:
                         L.run_inputs(key, cfg, inp)
@@ -110,7 +110,7 @@ def main() -> int:
                         us = triton.testing.do_bench_cudagraph(lambda: L.run_inputs(key, cfg, inp), rep=100,
                                                                return_mode="median") * 1e3
                 finally:
-                    L.render_variant = real_render
+                    L.launch.render_variant = real_render
                 moved = L.logits_bytes(key, bucket)
                 rows.append({"fmt": fmt, "config": text or "default", "variant": name, "us": us,
                              "TBps": moved / (us * 1e-6) / 1e12 if us == us else None})

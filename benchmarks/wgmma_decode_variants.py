@@ -117,7 +117,7 @@ def main() -> None:
         if only and name not in only:
             continue
         mod = R.load(R.Rendered(dec.WGMMA_TEMPLATE, v))
-        dec._wgmma_module = lambda c, w, mod=mod: mod  # type: ignore[assignment]
+        dec.launch._wgmma_module = lambda c, w, mod=mod: mod  # type: ignore[assignment]  (the launcher's)
         res = []
         for t, s in cases:
             cfg = dec.wgmma_config(dec.default_config(*PAIR)).replace(NUM_SPLITS=s)

@@ -92,9 +92,9 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
         if c["BLOCK_N"] == 64 and c["num_warps"] < 8:
             return "a 64-key block of 512 dims needs 8 warps (it spills heavily at 4)"
         if c["BLOCK_N"] == 16 and c["MMA"] == "heads_m" and has_e2m1(comp_fmt, win_fmt):
-            # Measured on an H200 with Triton 3.6 (benchmarks/results/diag_decode.log): relative errors
-            # of 0.1-0.9 for every DOT/num_warps/split with e2m1 records, while BLOCK_N 32 and the
-            # keys-on-M product are exact to bf16. Correct under the interpreter, wrong on sm_90.
+            # Wrong on sm_90 with Triton 3.6, right under the interpreter: relative errors of
+            # 0.1-0.9 at every DOT, num_warps and split with e2m1 records, while BLOCK_N 32 and the
+            # keys-on-M product are exact to bf16 (benchmarks/results/diag_decode.log).
             return "BLOCK_N=16 with heads on M miscompiles with e2m1 records (wrong results on sm_90)"
         return None
 
@@ -126,12 +126,10 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
             # does not pipeline loads whose addresses come from other loads).
             Param("PREFETCH", (0, 1), 0),
-            # Defaults: BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits was the fastest
-            # correct config at every T of the first H200 sweep. Since then (H200, 2026-11-29,
-            # benchmarks/results/decode.md) PREFETCH=1 beats it at every T, with LISTS=apart at
-            # T <= 4 and 64-key blocks at T >= 16 (T=64: 49 vs 77 us). Tuned configs carry those;
-            # the default stays, as the recorded decode table (tables/decode.json) was measured
-            # with PREFETCH=0 and a table's space must keep its default.
+            # The defaults (BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits) are those
+            # the recorded decode table (tables/decode.json) was measured with, and a table's space
+            # must keep its default. Tuned configs carry what beats them: PREFETCH=1 at every T,
+            # with LISTS=apart at small T and 64-key blocks at large T (benchmarks/results/decode.md).
             Param("num_warps", (4, 8), 8),
             Param("num_stages", (1, 2, 3), 1),
         ),
@@ -226,7 +224,8 @@ class DecodeSpec(FamilySpec):
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second,
-        since a few TPE trials may not draw it (a T=1 tune of 8 trials on the H200 did not)."""
+        since a few TPE trials may not draw it (8 trials of a T=1 tune did not:
+        benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         return [wgmma_config(default_config(*key.formats))]

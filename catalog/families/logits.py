@@ -24,19 +24,19 @@ WGMMA_TEMPLATE = "logits_wgmma.py.j2"
 LOGITS_FORMATS: tuple[str, ...] = ("mxfp4_68", "fp8_132")
 
 # fp8lut: fp8 operands like fp8, the e2m1 elements turned into e4m3 codes by byte-permute table
-# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only. On the H200
-# (2026-11-29) mxfp4_68 B=64 x 64K: 302 vs 409 us (benchmarks/results/logits_fp8lut.md). Not the
-# default: a default must be legal on every target, and this one is not on AMD or the interpreter.
+# lookups (PTX prmt) instead of integer arithmetic; NVIDIA only, e2m1 caches only. Faster than fp8
+# on NVIDIA (benchmarks/results/logits_fp8lut.md) but not the default: a default must be legal on
+# every target, and this one is not on AMD or the interpreter.
 # fp8key / fp8keylut (e2m1 caches): one K=128 fp8 dot per tile instead of four K=32 chunk dots,
 # each chunk's scale relative to its key's largest folded into the e4m3 exponents (shifts of up to
 # 11 binades are exact; a chunk further below, under 2**-11 of the largest, is flushed to zero) and
 # one scale per key applied to the scores, as fp8_132's. Codes by integer ops, or by prmt lookups
-# (NVIDIA). H200 (2026-11-29, results/logits.md), mxfp4_68 B=64 x 64K: fp8keylut 225.9 us with
-# descriptor loads (fp8lut 276.7, results/logits_scale_desc_ab.md; prefill 4K x 16K 2.76 against 3.4
-# ms); fp8key 535 us.
+# (NVIDIA). With descriptor loads fp8keylut is the fastest Triton path on mxfp4_68, decode and
+# prefill; fp8key, without the lookups, is slower than fp8 (benchmarks/results/logits.md,
+# logits_scale_desc_ab.md).
 # wgmma (e2m1 caches, sm_90): fp8keylut's codes and one scale per key, as a Gluon kernel: TMA ring,
-# async wgmma, the head sum by a second (bf16) MMA on the relu'd scores. H200 (2026-11-30),
-# mxfp4_68 B=64 x 64K: 135.7 against fp8keylut's 225.9 us in one run (results/logits.md).
+# async wgmma, the head sum by a second (bf16) MMA on the relu'd scores. The fastest path on
+# mxfp4_68 where it runs (benchmarks/results/logits.md).
 DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma", "f16", "bf16", "scaled")
 
 # The dot paths that only read e2m1 records (they build e4m3 codes from nibbles).
@@ -47,15 +47,14 @@ CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
 
-# The dot paths that fold the chunk scales into the codes (one scale per key); with LOADS=descriptor
-# they also read the scale rows by descriptor, which took mxfp4_68 B=64 x 64K from 270 to 228 us
-# (fp8keylut) but cost fp8_132 (152 -> 166 us) and fp8lut (277 -> 322): H200, 2026-11-29,
-# results/logits_scale_desc_ab.md.
+# The dot paths that fold the chunk scales into the codes (one scale per key). Only they read the
+# scale rows by descriptor too with LOADS=descriptor: it speeds them up, where the same slowed
+# fp8_132 and fp8lut (benchmarks/results/logits_scale_desc_ab.md).
 KEY_SCALED_DOTS: tuple[str, ...] = ("fp8key", "fp8keylut")
 
 # ... for tiles of at least this many keys: 16-key tiles (64-byte boxes of scale words) at
-# num_stages=3 fault with a misaligned address on sm_90 (Triton 3.6; 32 and 64 keys, and 16 keys at
-# 1 or 2 stages, run right: H200, 2026-11-29, results/logits_desc16_fault_h200.log).
+# num_stages=3 fault with a misaligned address on sm_90 with Triton 3.6, where 32 and 64 keys run
+# right (benchmarks/results/logits_desc16_fault_h200.log).
 SCALE_DESC_MIN_KEYS = 32
 
 # The wgmma path's tiles: 64 keys (one TMA box, inside one page), one warpgroup's MMA rows.
@@ -180,9 +179,9 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
         if c["LOADS"] == "descriptor" and (c["PAGE_LOOKUP"] != "tile" or c["PREFETCH"]):
             return "LOADS=descriptor loads whole tiles of one page (PAGE_LOOKUP=tile), pipelined by Triton (no PREFETCH)"
         if c["PREFETCH"] and c["dot"] == "scaled" and f.elem == "e2m1":
-            # Correct under the interpreter, wrong on sm_90 with Triton 3.6 (relative errors ~10 at
-            # every B, keys_m and heads_m; fp8_132's scaled path with PREFETCH is right):
-            # benchmarks/results/logits_h200.log, 2026-11-29.
+            # Correct under the interpreter, wrong on sm_90 with Triton 3.6 at every B in both MMA
+            # orientations, while fp8_132's scaled path with PREFETCH is right
+            # (benchmarks/results/logits_h200.log).
             return "PREFETCH with tl.dot_scaled on e2m1 records miscompiles (wrong results on sm_90)"
         return None
 
@@ -197,22 +196,22 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             Param("PAGE_LOOKUP", ("tile", "key"), "tile"),
             # heads_m: scores[heads, keys] = q K^T, the sum over heads crosses the warps that split M;
             # keys_m: scores^T = K q^T, K feeds the MMA from registers and heads are summed in-thread.
-            # keys_m is the fp8-query default: on the H200 (2026-11-29, default tile otherwise) it
-            # took B=64 x 64K from 1054 to 418 us (mxfp4_68) and 539 to 210 us (fp8_132). bf16
-            # queries keep heads_m until keys_m is timed on their f16 dot.
+            # keys_m is the fp8-query default: at the default tile it takes about 40% of heads_m's
+            # time at the largest decode batch on both formats (benchmarks/results/logits_h200.log).
+            # bf16 queries keep heads_m until keys_m is timed on their f16 dot.
             Param("MMA", ("heads_m", "keys_m"), "keys_m" if q_dtype == "fp8" else "heads_m"),
             # 1: the next tile's block-table and record loads are issued before this tile's dots
             # (by hand: Triton's pipeliner does not overlap a tile's record loads with the dots
-            # before them). Only matters with TILES > 1. Slower on the H200 wherever timed
-            # (fp8_132 B=64 x 64K: 313 vs 209 us; 130 vs 94 registers).
+            # before them). Only matters with TILES > 1. Slower wherever it was timed, with more
+            # registers a thread (benchmarks/results/logits_h200.log); hence off by default.
             Param("PREFETCH", (0, 1), 0),
             # How a tile's data rows are read: "gather" (a load per key row, into registers) or
             # "descriptor" (the tile as tensor-descriptor loads of its page's rows, one per 32-dim
             # chunk on the chunked e2m1 paths: TMA copies that Triton's pipeliner stages through
-            # shared memory; NVIDIA only, see `config_legality`). Gathered, fp8_132's rows alone
-            # ran at 3.3 of 4.3 TB/s on the H200, nothing in flight while a tile's dots ran; by
-            # descriptor with num_stages=3, B=64 x 64K took 163 us against 208 (2026-11-29,
-            # results/logits.md; mxfp4_68 fp8lut 275 against 300, logits_mxfp4_descriptor.md).
+            # shared memory; NVIDIA only, see `config_legality`). Gathered rows leave nothing in
+            # flight while a tile's dots run; descriptor loads with num_stages=3 are the faster
+            # large-batch loads on both formats (benchmarks/results/logits.md,
+            # logits_mxfp4_descriptor.md), but "gather" stays the default: it runs on every target.
             Param("LOADS", ("gather", "descriptor"), "gather"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),

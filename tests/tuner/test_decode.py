@@ -348,7 +348,7 @@ def test_combine_merges_any_number_of_partials(parts: int, heads: int, sms: int,
     # and, on a device of `sms` SMs, the narrowest slices a small batch's merge takes) against the
     # flash-decoding merge in float64. Head 0 of token 1 has no key in any split (o = 0,
     # lse = -inf); some splits of the others have none (m = -inf, l = 0).
-    import tuner.kernels.decode as D
+    import tuner.kernels.decode.launch as D
     from tuner.kernels.decode import _module, launch_combine
 
     if sms:

@@ -16,7 +16,15 @@ from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.formats import alloc_cache, quantize, read_slots
 from tuner.kernels.base import KernelFamily, XCompileCase, device_generator
+from tuner.kernels.signature import kernel_signature
 from tuner.targets import detect
+
+# Triton's type of each runtime parameter of pack_kernel, by name (its cross-compile signature is
+# the kernel's own parameter list typed by these; see tuner.kernels.signature).
+ARG_TYPES: dict[str, str] = {
+    "xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16",
+    "n_tokens": "i32", "stride_w": "i32", "page_size": "i32", "page_bytes": "i64",
+}
 
 
 def pack(
@@ -117,16 +125,13 @@ class PackFamily(PackSpec, KernelFamily):
         for name, f in FORMATS.items():
             for backend in E2M1_BACKENDS if f.elem == "e2m1" else ("soft",):
                 cfg = default_config(f)
+                rendered = render_variant(f, backend)
                 cases.append(
                     XCompileCase(
                         variant=backend,
-                        rendered=render_variant(f, backend),
+                        rendered=rendered,
                         kernel_name="pack_kernel",
-                        signature={
-                            "xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16",
-                            "n_tokens": "i32", "stride_w": "i32", "page_size": "i32", "page_bytes": "i64",
-                            "BLOCK_T": "constexpr", "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr",
-                        },
+                        signature=kernel_signature(rendered, "pack_kernel", ARG_TYPES),
                         constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True},
                         num_warps=cfg["num_warps"],
                         num_stages=cfg["num_stages"],

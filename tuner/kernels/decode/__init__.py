@@ -1,0 +1,63 @@
+"""The sparse MQA decode tile (FORMATS.md "decode tile"): top-k compressed keys plus a sliding
+window, read straight from quantized paged caches.
+
+A program handles one token for all of its heads (the heads of an MQA token share every gathered
+row, so each record is loaded and dequantized once) over one split of its two key lists (or, with
+LISTS=apart, over a chunk of one of them); with more than one program per token, partial results
+are merged by their log-sum-exp (flash-decoding), so that a batch of one token still fills the GPU:
+in a second kernel (COMBINE=kernel) or by the token's last program to finish (COMBINE=fused).
+
+The family in three parts that change apart: `launch` (argument checks, split plans, the
+launches), `inputs` (inputs, run, verification) and `xcompile` (cross-compile cases); its space,
+legality and render are its catalog spec (`catalog.families.decode`). This package exports the
+names callers use; a test or benchmark that replaces a launcher's helper (`sm_count`, `_module`,
+`launch_combine`) patches it on `tuner.kernels.decode.launch`, where the launcher looks it up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from catalog.core import Bucket, Config, ProblemKey
+from catalog.families.decode import (AUTO, DECODE_BUCKETS, DECODE_FORMATS, DECODE_PAGE_SIZE,  # noqa: F401
+                                     ISSUE_PAIRS, MAX_HEADS, MAX_SPLITS, PDL_TARGETS, TEMPLATE, WGMMA_BLOCK_N,
+                                     WGMMA_FIXED, WGMMA_FORMATS, WGMMA_HEADS, WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND,
+                                     WGMMA_TEMPLATE, DecodeSpec, _fmt512, cfg_backends, decode_bytes, decode_key,
+                                     default_config, has_e2m1, render_variant, render_wgmma, space, wgmma_config,
+                                     wgmma_legality, wgmma_reads)
+from catalog.formats import RecordFormat, get_format, page_bytes  # noqa: F401
+from tuner.kernels.base import KernelFamily, XCompileCase, sm_count  # noqa: F401
+from tuner.kernels.decode import xcompile
+from tuner.kernels.decode.inputs import TOL, make_decode_inputs, run_decode, verify_decode  # noqa: F401
+from tuner.kernels.decode.launch import (COMBINE_ELEMS, SplitPlan, _module, _partials, _wgmma_module,  # noqa: F401
+                                         combine_tile, decode, launch_combine, max_partials, resolve_splits,
+                                         split_plan, wgmma_plan, workspace_numel)
+from tuner.kernels.decode.xcompile import ARG_TYPES  # noqa: F401
+
+
+class DecodeFamily(DecodeSpec, KernelFamily):
+    def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+        return make_decode_inputs(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window,
+                                  device, seed)
+
+    def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
+        return run_decode(key.formats[0], key.formats[1], config, inputs)
+
+    def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
+        return verify_decode(key.formats[0], key.formats[1], inputs, outputs)
+
+    def pool_args(self) -> tuple[frozenset[str], ...]:
+        """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
+        either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
+        return (frozenset({"comp_ptr"}), frozenset({"win_ptr"}))
+
+    def xcompile_cases(self) -> Sequence[XCompileCase]:
+        """See `tuner.kernels.decode.xcompile.xcompile_cases`."""
+        return xcompile.xcompile_cases()
+
+    # The cases of one build (benchmarks/static_profile.py compiles configs through these).
+    _main_case = staticmethod(xcompile.main_case)
+    _wgmma_case = staticmethod(xcompile.wgmma_case)
+
+
+FAMILY = DecodeFamily()

@@ -1,0 +1,385 @@
+"""The decode launcher: argument checks, how a token's programs cover its two key lists (the split
+plan), and the launches of decode_kernel, the wgmma path's decode_wgmma_kernel and the merge,
+decode_combine. Inputs, verification and cross-compile cases live beside it (`inputs`, `xcompile`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+import triton
+
+from catalog.codecs import e2m1_backend_legality
+from catalog.core import Config
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HEADS, WGMMA_ILLEGAL,
+                                     WGMMA_MERGE_BACKEND, _fmt512, default_config, has_e2m1, render_variant,
+                                     render_wgmma, space, wgmma_legality)
+from catalog.formats import RecordFormat, page_bytes
+from templates import render as R
+from tuner.kernels.base import sm_count
+from tuner.targets import detect, interpreting
+
+COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
+
+
+@lru_cache(maxsize=16)
+def _wgmma_module(comp: str, win: str) -> Any:
+    return R.load(render_wgmma(comp, win))
+
+
+@lru_cache(maxsize=64)
+def _module(comp: str, win: str, backend: str) -> Any:
+    # Rendering costs milliseconds of host time: once per variant per process, not per launch.
+    return R.load(render_variant(comp, win, backend))
+
+
+# ---------------------------------------------------------------------------------------------
+# Split plans
+# ---------------------------------------------------------------------------------------------
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How a token's programs (grid axis 1; of two launches with `separate`) cover its two key lists."""
+
+    programs: int  # programs per token (grid axis 1); each writes a partial when there are several
+    comp_splits: int  # apart: programs [0, comp_splits) walk the compressed list, the others the window
+    comp_chunk: int  # keys of the compressed list per program
+    win_chunk: int  # keys of the window list per program
+    apart: bool
+    separate: bool = False  # apart, as one launch per list
+
+    @property
+    def partial(self) -> bool:
+        return self.programs > 1
+
+
+def _apart_plan(splits: int, topk: int, window: int, block_n: int, separate: bool = False) -> SplitPlan:
+    # One chunk size for both lists, so that every program walks about the same number of keys:
+    # the compressed list's share per split rounded up to whole BLOCK_N blocks (no half-masked
+    # gather rounds; it can only lower the program count), and the window list cut into chunks of
+    # that same size. The seed shape (topk 512, window 128, BLOCK_N 32): NUM_SPLITS 1 -> 1 + 1
+    # programs (512 and 128 keys), 4 -> 4 + 1 (128 keys each), 16 -> 16 + 4 (32 keys, one gather
+    # round each). With window <= topk there are at most 2 * NUM_SPLITS programs.
+    chunk = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
+    comp, win = triton.cdiv(topk, chunk), triton.cdiv(window, chunk)
+    return SplitPlan(programs=comp + win, comp_splits=comp, comp_chunk=chunk, win_chunk=chunk, apart=True,
+                     separate=separate)
+
+
+def resolve_splits(cfg: Config, n_tokens: int, topk: int, device: torch.device, window: int | None = None) -> int:
+    """The split count of the compressed list a launch uses: the config's, or for AUTO enough
+    programs to cover the SMs once (one program per token per split), never splitting the
+    compressed list below one block. With LISTS=apart (and `window` given) AUTO then halves the
+    count while the window list's programs, which come on top, would take the grid past one wave."""
+    s = int(cfg["NUM_SPLITS"])
+    if s != AUTO:
+        return s
+    sms = sm_count(device)
+    cap = max(1, _pow2_floor(topk // cfg["BLOCK_N"]))
+    s = max(1, min(16, cap, _pow2_floor(sms // max(1, n_tokens))))
+    if cfg.get("LISTS") in ("apart", "separate") and window is not None:
+        while s > 1 and n_tokens * _apart_plan(s, topk, window, cfg["BLOCK_N"]).programs > sms:
+            s //= 2
+    return s
+
+
+def split_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> SplitPlan:
+    """Grid axis 1 of a launch. LISTS=both: `resolve_splits` programs, each over a 1/S share of
+    both lists (today's kernel). LISTS=apart and separate: see `_apart_plan` (always at least two
+    programs; separate launches the compressed list's programs, then the window list's)."""
+    s = resolve_splits(cfg, n_tokens, topk, device, window)
+    if cfg.get("LISTS", "both") in ("apart", "separate"):
+        return _apart_plan(s, topk, window, int(cfg["BLOCK_N"]), separate=cfg["LISTS"] == "separate")
+    return SplitPlan(programs=s, comp_splits=s, comp_chunk=triton.cdiv(topk, s), win_chunk=triton.cdiv(window, s),
+                     apart=False)
+
+
+def max_partials(topk: int, window: int, max_splits: int = MAX_SPLITS) -> int:
+    """The most partials per token a launch with NUM_SPLITS <= max_splits writes, any LISTS and
+    BLOCK_N (a larger BLOCK_N or fewer splits only make chunks longer, hence fewer programs)."""
+    return max(max_splits, _apart_plan(max_splits, topk, window, 1).programs)
+
+
+def workspace_numel(n_tokens: int, heads: int, splits: int) -> int:
+    """fp32 elements of scratch a launch with `splits` partials per token (`SplitPlan.programs`;
+    the split count for LISTS=both) needs: partial outputs, then (max, sum) pairs."""
+    return n_tokens * splits * heads * (512 + 2)
+
+
+def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> tuple[int, int]:
+    """(programs per token, key tiles per program) of the wgmma path: a token's 64-key tiles (the
+    compressed list's, then the window list's) in contiguous shares. NUM_SPLITS asks for that many
+    shares (fewer where shares would be empty); AUTO for about one program an SM, so that a small
+    batch runs one tile a program (fastest at T <= 8). One program an SM is all that fits with a
+    program's records staged in shared memory (184 KiB), and two an SM did not finish a token
+    sooner (benchmarks/results/decode_wgmma.md, decode_cp_async.md)."""
+    tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
+    s = int(cfg["NUM_SPLITS"])
+    if s == AUTO:
+        s = max(1, sm_count(device) // max(1, n_tokens))
+    per = triton.cdiv(tiles, max(1, min(s, tiles)))
+    return triton.cdiv(tiles, per), per
+
+
+def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tuple[int, int]:
+    """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
+    partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
+    splits), and takes more warps past that so no thread holds more than 64 of them. With fewer
+    than `sms` programs that way (n_tok tokens, 512 / BLOCK_D programs each), the slices narrow
+    down to 4 dims until the merge covers the SMs: a small batch's merge is latency, one program
+    per SM with a few warps each cannot hide it.
+    The block is sized by the launch's split count, not by the most any launch has: a block of
+    MAX_SPLITS for every launch helped the one-token merge but made a 2-split merge of 64 tokens
+    3x slower (benchmarks/results/decode_breakdown_loop_combine.md against decode_breakdown.md)."""
+    block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
+    while block_d > 4 and n_tok * (512 // block_d) < sms:
+        block_d //= 2
+    warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
+    return block_d, warps
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_cache(name: str, cache: torch.Tensor, f: RecordFormat, page_size: int) -> None:
+    if not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"{name} page size must be a positive int, got {page_size!r}")
+    pb = page_bytes(f, page_size)
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous uint8[num_pages, {pb}] for {f.name} with page size {page_size}, "
+                         f"got {cache.dtype}{tuple(cache.shape)}")
+
+
+def _check_idx(name: str, idx: torch.Tensor, n_tokens: int) -> None:
+    if idx.dtype != torch.int32 or idx.dim() != 2 or idx.shape[0] != n_tokens:
+        raise ValueError(f"{name} must be int32[T={n_tokens}, n], got {idx.dtype}{tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError(f"{name} must list at least one slot per token (use -1 for none)")
+    if idx.stride(1) != 1:
+        raise ValueError(f"{name} must be contiguous along its last dim")
+
+
+def _check_inputs(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
+                  win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
+                  sm_scale: float, attn_sink: torch.Tensor | None) -> tuple[int, int]:
+    """(T, heads) of a decode call whose inputs are as `decode` takes them; else ValueError."""
+    if q.dim() != 3 or q.shape[2] != 512 or q.dtype != torch.bfloat16 or q.stride(2) != 1:
+        raise ValueError(f"q must be bf16[T, H, 512] with unit stride along dims, got {q.dtype}{tuple(q.shape)}")
+    n_tok, heads = q.shape[0], q.shape[1]
+    if not 1 <= heads <= MAX_HEADS:
+        raise ValueError(f"heads must be in 1..{MAX_HEADS}, got {heads}")
+    _check_cache("comp_cache", comp_cache, cf, page_size)
+    _check_cache("win_cache", win_cache, wf, wps)
+    _check_idx("topk_idx", topk_idx, n_tok)
+    _check_idx("window_idx", window_idx, n_tok)
+    if not math.isfinite(float(sm_scale)):
+        raise ValueError(f"sm_scale must be finite, got {sm_scale}")
+    if attn_sink is not None and (attn_sink.dtype != torch.float32 or attn_sink.shape != (heads,) or not attn_sink.is_contiguous()):
+        raise ValueError(f"attn_sink must be a contiguous fp32[H={heads}], got {attn_sink.dtype}{tuple(attn_sink.shape)}")
+    tensors = [q, comp_cache, topk_idx, win_cache, window_idx] + ([attn_sink] if attn_sink is not None else [])
+    if len({t.device for t in tensors}) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in tensors})}")
+    return n_tok, heads
+
+
+def _checked_config(config: Config | None, cf: RecordFormat, wf: RecordFormat) -> Config:
+    """The config a launch runs: `config` or the pair's default, feasible and runnable here."""
+    cfg = config or default_config(cf, wf)
+    # Configs tuned before the LISTS, COMBINE and PREFETCH axes existed meant what their defaults do.
+    cfg = Config.from_dict({"LISTS": "both", "COMBINE": "kernel", "PREFETCH": 0, **cfg.as_dict()})
+    why = space(cf, wf).infeasible(cfg)
+    if why:
+        raise ValueError(f"infeasible decode config {cfg.to_json()}: {why}")
+    if has_e2m1(cf, wf):
+        illegal = e2m1_backend_legality(cfg["backend"], detect().name)
+        if illegal:
+            raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
+    return cfg
+
+
+def _outputs(out: tuple[torch.Tensor, torch.Tensor] | None, n_tok: int, heads: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    o, lse = out if out is not None else (
+        torch.empty(n_tok, heads, 512, dtype=torch.bfloat16, device=device),
+        torch.empty(n_tok, heads, dtype=torch.float32, device=device),
+    )
+    if o.shape != (n_tok, heads, 512) or o.dtype != torch.bfloat16 or not o.is_contiguous():
+        raise ValueError("out[0] must be a contiguous bf16[T, H, 512]")
+    if lse.shape != (n_tok, heads) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError("out[1] must be a contiguous fp32[T, H]")
+    return o, lse
+
+
+def _check_counters(counters: torch.Tensor | None, n_tok: int, device: torch.device) -> None:
+    if counters is not None and (counters.dtype != torch.int32 or not counters.is_contiguous()
+                                 or counters.numel() < n_tok or counters.device != device):
+        raise ValueError(f"counters must be a contiguous int32 tensor of at least T={n_tok} elements on {device}")
+
+
+def _partials(workspace: torch.Tensor | None, n_tok: int, heads: int, parts: int,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The workspace's partial outputs and (max, sum) pairs for `parts` programs a token (one
+    program writes no partials and needs no workspace), allocated when the caller passed none."""
+    need = workspace_numel(n_tok, heads, parts) if parts > 1 else 0
+    if workspace is None:
+        workspace = torch.empty(max(need, 1), dtype=torch.float32, device=device)
+    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(f"workspace must be a contiguous fp32 tensor of at least {need} elements")
+    return workspace[: n_tok * parts * heads * 512], workspace[n_tok * parts * heads * 512 :]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launches
+# ---------------------------------------------------------------------------------------------
+
+
+def decode(
+    q: torch.Tensor,
+    comp_cache: torch.Tensor,
+    comp_fmt: str | RecordFormat,
+    topk_idx: torch.Tensor,
+    win_cache: torch.Tensor,
+    win_fmt: str | RecordFormat,
+    window_idx: torch.Tensor,
+    page_size: int,
+    sm_scale: float,
+    attn_sink: torch.Tensor | None = None,
+    config: Config | None = None,
+    win_page_size: int | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    workspace: torch.Tensor | None = None,
+    counters: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MQA decode: `q[T, H, 512]` bf16 over the `topk_idx` slots of the compressed cache and
+    the `window_idx` slots of the window cache (int32, -1 = none). Returns `(o[T, H, 512] bf16,
+    lse[T, H] fp32)`. `out` (o, lse), `workspace` (flat fp32, `workspace_numel` elements for the
+    launch's `split_plan(...).programs` partials; `max_partials` bounds them) and `counters` (int32,
+    at least T elements, zero-initialised once by the caller: used by COMBINE=fused, and left zero by
+    every completed launch) may be preallocated so that a launch allocates nothing (CUDA-graph
+    capture). Without `counters` a fused launch allocates zeroed ones itself."""
+    cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
+    wps = page_size if win_page_size is None else win_page_size
+    n_tok, heads = _check_inputs(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale,
+                                 attn_sink)
+    cfg = _checked_config(config, cf, wf)
+    o, lse = _outputs(out, n_tok, heads, q.device)
+    _check_counters(counters, n_tok, q.device)
+    if n_tok == 0:
+        return o, lse
+    launch = _decode_wgmma if cfg["MMA"] == "wgmma" else _decode_triton
+    launch(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink, cfg, o, lse,
+           workspace, counters)
+    return o, lse
+
+
+def _decode_triton(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
+                   win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
+                   sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
+                   workspace: torch.Tensor | None, counters: torch.Tensor | None) -> None:
+    """`decode` by decode_kernel (arguments already checked there), merged by decode_combine or
+    in the kernel (COMBINE=fused) where a token has more than one program."""
+    n_tok, heads = q.shape[0], q.shape[1]
+    topk, window = topk_idx.shape[1], window_idx.shape[1]
+    plan = split_plan(cfg, n_tok, topk, window, q.device)
+    parts = plan.programs
+    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
+    fused = plan.partial and cfg["COMBINE"] == "fused"
+    if fused and counters is None:
+        counters = torch.zeros(n_tok, dtype=torch.int32, device=q.device)
+    # Without a fused merge the counters are never touched: any int32 tensor keeps the signature.
+    cnt = counters if fused else topk_idx
+
+    mod = _module(cf.name, wf.name, cfg["backend"])
+    # Chunks are runtime ints on a GPU (one binary for every split count); see STATIC_TRIPS.
+    static = interpreting()
+    # The merges load every partial's (max, sum) in one [BLOCK_S, heads] block: a fixed size so
+    # that the split count stays a runtime int (LISTS=apart can exceed MAX_SPLITS partials).
+    block_s = max(MAX_SPLITS, triton.next_power_of_2(parts))
+    block_h = max(16, triton.next_power_of_2(heads))
+    sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
+    # One launch over every program of a token, or (LISTS=separate) one per list: the compressed
+    # list's comp_splits programs, then the window list's, whose partials follow.
+    launches = ([(1, plan.comp_splits), (2, parts - plan.comp_splits)] if plan.separate else [(0, parts)])
+    for only, programs in launches:
+        mod.decode_kernel[(n_tok, programs)](
+            q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt,
+            heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+            q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
+            plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
+            BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
+            COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
+            N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, ONLY=only, FUSED=fused,
+            HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
+            UPCAST=interpreting(), PREFETCH=bool(cfg["PREFETCH"]), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+        )
+    if plan.partial and not fused:
+        launch_combine(mod, part_o, part_ml, sink, o, lse, parts, attn_sink is not None)
+
+
+def _pow2_shift(n: int) -> int:
+    """log2(n) for a power of two, else -1 (the wgmma kernel's page arithmetic by shifts)."""
+    return n.bit_length() - 1 if n & (n - 1) == 0 else -1
+
+
+def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
+                  win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
+                  sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
+                  workspace: torch.Tensor | None, counters: torch.Tensor | None = None) -> None:
+    """`decode` on the wgmma path (arguments already checked there; it takes no counters)."""
+    if q.device.type != "cuda" or interpreting():
+        raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
+                         + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
+    illegal = wgmma_legality(detect().name)
+    if illegal:
+        raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
+    n_tok, heads = q.shape[0], q.shape[1]
+    if heads > WGMMA_HEADS:
+        raise ValueError(f"the wgmma path takes at most {WGMMA_HEADS} heads (the MMAs' N), got {heads}")
+    topk, window = topk_idx.shape[1], window_idx.shape[1]
+    parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device)
+    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
+    sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
+    _wgmma_module(cf.name, wf.name).decode_wgmma_kernel[(n_tok, parts)](
+        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+        heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+        q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
+        HB=WGMMA_HEADS, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
+        HAS_SINK=attn_sink is not None, num_warps=4,
+    )
+    if parts > 1:
+        # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
+        # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it
+        # after its key loop (sm_90 has PDL).
+        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
+                       attn_sink is not None, pdl=True)
+
+
+def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
+                   lse: torch.Tensor, parts: int, has_sink: bool, pdl: bool = False) -> None:
+    """decode_combine over `parts` partials per token of `o[T, H, 512]` (the workspace layout of
+    `decode`). The block is sized to the launch's partials, not to the most any launch has:
+    masked-off splits still cost the program their addresses and reductions (see combine_tile).
+    `pdl`: launched as a programmatic dependent of the kernel before it (NVIDIA sm_90+ only),
+    which waits for that kernel itself; the option is passed only then, so the other launches
+    keep their warmup keys."""
+    n_tok, heads = o.shape[0], o.shape[1]
+    block_s = max(2, triton.next_power_of_2(parts))
+    block_h = max(16, triton.next_power_of_2(heads))
+    block_d, warps = combine_tile(block_s, block_h, n_tok, sm_count(o.device))
+    extra: dict[str, Any] = {"PDL": True, "launch_pdl": True} if pdl else {}
+    mod.decode_combine[(n_tok, 512 // block_d)](
+        part_o, part_ml, sink, o, lse, heads, parts,
+        BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps, **extra,
+    )

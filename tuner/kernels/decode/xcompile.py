@@ -1,0 +1,114 @@
+"""decode's cross-compile cases: decode_kernel per backend on the issue's record pairs and in its
+split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel, and the merge
+decode_combine. Each signature is its kernel's own parameter list (`tuner.kernels.signature`),
+typed by ARG_TYPES."""
+
+from __future__ import annotations
+
+from catalog.core import Config
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, cfg_backends,
+                                     default_config, render_variant, render_wgmma, wgmma_reads)
+from catalog.formats import RecordFormat, get_format
+from tuner.kernels.base import XCompileCase
+from tuner.kernels.decode.launch import combine_tile
+from tuner.kernels.signature import kernel_signature
+
+# Triton's type of each runtime parameter of the family's kernels (decode_kernel, decode_combine,
+# decode_wgmma_kernel), by name; constexprs are the kernels' own.
+ARG_TYPES: dict[str, str] = {
+    "q_ptr": "*bf16", "comp_ptr": "*u8", "topk_ptr": "*i32", "win_ptr": "*u8", "widx_ptr": "*i32",
+    "sink_ptr": "*fp32", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
+    "cnt_ptr": "*i32", "n_heads": "i32", "topk": "i32", "window": "i32", "comp_page_size": "i32",
+    "comp_page_bytes": "i32", "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32",
+    "stride_qh": "i32", "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32",
+    "comp_splits": "i32", "tiles_per_prog": "i32", "n_split": "i32", "scale_log2": "fp32",
+}
+
+# Multiples of 16 at the seed shape (16 heads, top-k 512, window 128, 64-record pages, contiguous q
+# and index lists); the chunks depend on the split count.
+ALIGNED_INTS: tuple[str, ...] = ("n_heads", "topk", "window", "comp_page_size", "comp_page_bytes", "win_page_size",
+                                 "win_page_bytes", "stride_qt", "stride_qh", "stride_kt", "stride_wt")
+
+
+def xcompile_cases() -> list[XCompileCase]:
+    """Each backend on the issue's pairs (only `soft` where no side is e2m1), the split variant
+    of the main kernel once, the two launches of LISTS=separate with COMBINE=fused (one list
+    each, the arrival atomic and the in-kernel merge), PREFETCH on every record reader, the
+    wgmma path on every issue pair it reads (and its split build once), and the combine kernel
+    once."""
+    cases: list[XCompileCase] = []
+    for comp, win in ISSUE_PAIRS:
+        cf, wf = get_format(comp), get_format(win)
+        cfg = default_config(cf, wf)
+        for backend in cfg_backends(cf, wf):
+            cases.append(main_case(cf, wf, backend, cfg, split=False))
+    cf, wf = get_format(ISSUE_PAIRS[0][0]), get_format(ISSUE_PAIRS[0][1])
+    cfg = default_config(cf, wf)
+    cases.append(main_case(cf, wf, "soft", cfg, split=True))
+    for only in (1, 2):  # LISTS=separate with COMBINE=fused: each list's launch, the arrival atomic, the merge
+        cases.append(main_case(cf, wf, "soft", cfg, split=True, apart=True, fused=True, only=only))
+    # PREFETCH on the three record readers: nvfp4_288 and fp8_528, then fp8_584's bf16 tail.
+    cases.append(main_case(cf, wf, "soft", cfg.replace(PREFETCH=1), split=True))
+    f584 = get_format("fp8_584")
+    cases.append(main_case(f584, f584, "soft", default_config(f584, f584).replace(PREFETCH=1), split=False))
+    for comp, win in ISSUE_PAIRS:
+        if wgmma_reads(comp, win):
+            cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
+    cases.append(wgmma_case(cf, wf, split=True))
+    # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
+    # (griddepcontrol.wait: NVIDIA sm_90 and later only).
+    for pdl in (False, True):
+        cases.append(combine_case(cf, wf, pdl))
+    return cases
+
+
+def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
+    """decode_combine at MAX_SPLITS partials of 16 heads, as a split launch merges them."""
+    rendered = render_variant(cf, wf, "soft")
+    block_d, warps = combine_tile(MAX_SPLITS, 16)
+    return XCompileCase(
+        variant="soft", rendered=rendered, kernel_name="decode_combine",
+        signature=kernel_signature(rendered, "decode_combine", ARG_TYPES),
+        constexprs={"BLOCK_H": 16, "BLOCK_S": MAX_SPLITS, "BLOCK_D": block_d, "HAS_SINK": True, "PDL": pdl},
+        num_warps=warps, num_stages=1, detail="combine" + (" pdl" if pdl else ""),
+        only_targets=PDL_TARGETS if pdl else (),
+    )
+
+
+def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool) -> XCompileCase:
+    rendered = render_wgmma(cf, wf)
+    return XCompileCase(
+        variant="wgmma",
+        rendered=rendered,
+        kernel_name="decode_wgmma_kernel",
+        signature=kernel_signature(rendered, "decode_wgmma_kernel", ARG_TYPES),
+        constexprs={"HB": WGMMA_HEADS, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": 4},
+        num_warps=4,
+        num_stages=1,
+        detail=f"{cf.name}+{wf.name}" + (" split" if split else ""),
+        aligned_ints=ALIGNED_INTS,
+    )
+
+
+def main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, split: bool,
+              apart: bool = False, fused: bool = False, only: int = 0) -> XCompileCase:
+    splits = 8 if split else 1  # only names the case: split counts are runtime ints
+    detail = f"{cf.name}+{wf.name}" + (f" split{splits}" if split and not (apart or fused) else "")
+    detail += (" apart" if apart else "") + (" fused" if fused else "")
+    detail += {0: "", 1: " separate comp", 2: " separate win"}[only] + (" prefetch" if cfg.get("PREFETCH") else "")
+    rendered = render_variant(cf, wf, backend)
+    return XCompileCase(
+        variant=backend,
+        rendered=rendered,
+        kernel_name="decode_kernel",
+        signature=kernel_signature(rendered, "decode_kernel", ARG_TYPES),
+        constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": MAX_SPLITS, "SPLIT": split,
+                    "APART": apart, "ONLY": only, "FUSED": fused, "HAS_SINK": True,
+                    "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0,
+                    "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False,
+                    "PREFETCH": bool(cfg.get("PREFETCH", 0))},
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+        detail=detail,
+        aligned_ints=ALIGNED_INTS,
+    )
