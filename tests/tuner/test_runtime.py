@@ -8,8 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import catalog.families.decode as decode_spec
-import tuner.kernels.decode as decode_launcher
 from catalog.formats import get_format, page_bytes
 from tuner.formats import alloc_cache, quantize, read_slots, write_slots
 from tuner.kernels.logits import random_cache
@@ -19,15 +17,6 @@ from tuner.targets import detect
 
 H, TOPK, WINDOW = 16, 40, 20
 HI = 64  # index heads: the logits key's
-
-
-@pytest.fixture(autouse=True)
-def _decode_launcher_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The re-layer (4b7e5bc) left tuner.kernels.decode without two names it uses; the kernels'
-    # restructuring brings them back. Until then the launcher gets them from its catalog spec.
-    for name in ("_fmt512", "WGMMA_ILLEGAL"):
-        if not hasattr(decode_launcher, name):
-            monkeypatch.setattr(decode_launcher, name, getattr(decode_spec, name), raising=False)
 
 
 @pytest.fixture(scope="module")
