@@ -11,6 +11,7 @@ from db import migrate
 from db.session import Database
 
 from api import errors
+from api.bundle_fast_path import CachedBundleMiddleware
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
 from api.read_path import ReadPath
 from api.routes import configs, dashboard, health, jobs, misses, tune
@@ -46,7 +47,9 @@ def create_app(settings: Settings | None = None, *, db: Database | None = None) 
     errors.install(app)
     for router in (tune.router, jobs.router, configs.router, misses.router, health.router, dashboard.router):
         app.include_router(router)
-    # Added inside-out: metrics sees every response, auth runs before the body is read.
+    # Added inside-out: metrics sees every response, auth runs before the body is read, and a cached
+    # bundle is answered before FastAPI's routing and parameter parsing.
+    app.add_middleware(CachedBundleMiddleware, read_path=read_path)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(WriteAuthMiddleware, token=settings.token(), open_writes=OPEN_WRITES)
     app.add_middleware(MetricsMiddleware, metrics=app.state.request_metrics)

@@ -308,3 +308,30 @@ def test_post_misses_counts_engine_reports_without_a_token(site: Site) -> None:
     assert site.stored_misses() == {slug: 5} and site.rp.misses.pending() == 0
     # Other writes still need the token.
     assert site.http.post("/v1/tune", json={}).status_code == 401
+
+
+def test_cached_answers_equal_the_routes_and_odd_spellings_go_to_the_route(site: Site) -> None:
+    # The first answer is the route's (a cold key), the second the fast path's (api/bundle_fast_path.py).
+    q = {**SEED, "formats": "nvfp4_288", "triton": "3.6.0"}
+    cold = site.http.get("/v1/configs", params=q)
+    builds = site.rp.cache.builds
+    warm = site.http.get("/v1/configs", params=q)
+    assert site.rp.cache.builds == builds
+    assert (warm.status_code, warm.content, warm.headers["etag"], warm.headers["content-type"],
+            warm.headers["cache-control"]) == (cold.status_code, cold.content, cold.headers["etag"],
+                                               cold.headers["content-type"], cold.headers["cache-control"])
+    not_modified = site.http.get("/v1/configs", params=q, headers={"If-None-Match": f'"x", W/{cold.headers["etag"]}'})
+    assert not_modified.status_code == 304 and not_modified.content == b""
+    # Spellings only the route decides: each answered exactly as the route answers it.
+    base = "arch=interp&heads=16&topk=512&window=128"
+    for qs, status in ((f"{base}&heads=016", 200), (f"{base}&heads=+16", 200), (f"{base}&heads=1e3", 422),
+                       (f"{base}&heads=0", 422), (f"{base}&heads=99999999999", 422),
+                       (f"{base}&formats={',' * 199}nvfp4_288", 422), (f"{base}&arch={'x' * 40}", 422),
+                       ("heads=16&topk=512&window=128", 422), (f"{base}&heads=16&heads=x", 422)):
+        r = site.http.get(f"/v1/configs?{qs}")
+        assert r.status_code == status, (qs, r.status_code, r.text[:200])
+        if status == 200:
+            assert r.content == site.http.get(f"/v1/configs?{base}").content
+    text = site.http.get("/metrics").text
+    assert 'kvtune_http_requests_total{method="GET",route="/v1/configs",status="200"}' in text
+    assert 'kvtune_http_requests_total{method="GET",route="/v1/configs",status="304"} 1' in text
