@@ -204,17 +204,22 @@ class ReadPath:
             log.warning("dropping %d unflushed misses at shutdown: %s", self.misses.pending(), e)
 
     def _run(self) -> None:
+        # Nothing may end this loop but stop(): a dead thread would leave every cached bundle served
+        # forever, whatever is published. A database error is expected (an outage: cached bundles
+        # keep being served, counts wait); anything else is a bug, logged with its traceback.
         tick = min(self.check_s, self.flush_s)
         since_flush = 0.0
         while not self._stop.wait(tick):
-            try:
-                self.refresh()
-            except DomainError as e:  # keep serving what is cached; try again next tick
-                log.warning("publish generation unreadable: %s", e)
             since_flush += tick
-            if since_flush >= self.flush_s:
-                since_flush = 0.0
+            due = since_flush >= self.flush_s
+            for step, what in ((self.refresh, "publish generation read"), (self.flush, "miss flush")):
+                if step is self.flush and not due:
+                    continue
                 try:
-                    self.flush()
+                    step()
                 except DomainError as e:
-                    log.warning("miss flush failed (kept for the next one): %s", e)
+                    log.warning("%s failed (tried again next tick): %s", what, e)
+                except Exception:  # noqa: BLE001  (see above)
+                    log.exception("%s failed", what)
+            if due:
+                since_flush = 0.0

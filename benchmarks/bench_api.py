@@ -69,6 +69,7 @@ class Run:
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
     server_cpu_s: float = 0.0  # CPU time of the server's processes during the run
     generator_cpu_s: float = 0.0
+    wall_s: float = 0.0  # the run's wall time, its clients' setup included
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
@@ -275,8 +276,9 @@ def bench_one(backend: str, workers: int, args: argparse.Namespace, log: Path) -
             plan = [Run(backend, workers, "open", rate, None, args.duration) for rate in args.rates]
             plan.append(Run(backend, workers, "closed", None, args.clients, args.duration))
             for run in plan:
-                cpu0, gen0 = tree_cpu_s(pid), time.process_time()
+                cpu0, gen0, t0 = tree_cpu_s(pid), time.process_time(), time.perf_counter()
                 asyncio.run(open_loop(base, run) if run.mode == "open" else closed_loop(base, run))
+                run.wall_s = time.perf_counter() - t0
                 run.server_cpu_s, run.generator_cpu_s = tree_cpu_s(pid) - cpu0, time.process_time() - gen0
                 run.load = os.getloadavg()
                 runs.append(run)
@@ -296,7 +298,7 @@ def _row(r: Run) -> str:
     ok = len(r.latencies_ms)
     rate = f"{r.offered:.0f}" if r.offered else f"closed x{r.clients}"
     errs = ", ".join(f"{k}: {v}" for k, v in sorted(r.errors.items())) or "0"
-    return (f"| {r.backend} | {r.workers} | {rate} | {ok / r.duration_s:.0f} | {r.sent} | {errs} | "
+    return (f"| {r.backend} | {r.workers} | {rate} | {ok / max(r.wall_s, r.duration_s):.0f} | {r.sent} | {errs} | "
             f"{_fmt(r.pct(50))} | {_fmt(r.pct(99))} | {_fmt(max(r.latencies_ms) if ok else None)} | "
             f"{1000 * r.server_cpu_s / max(r.sent, 1):.2f} | {1000 * r.generator_cpu_s / max(r.sent, 1):.2f} | "
             f"{r.load[0]:.2f} |")

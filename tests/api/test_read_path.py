@@ -335,3 +335,35 @@ def test_cached_answers_equal_the_routes_and_odd_spellings_go_to_the_route(site:
     text = site.http.get("/metrics").text
     assert 'kvtune_http_requests_total{method="GET",route="/v1/configs",status="200"}' in text
     assert 'kvtune_http_requests_total{method="GET",route="/v1/configs",status="304"} 1' in text
+
+
+def test_a_failed_flush_keeps_its_counts_for_the_next(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from api.read_path import ReadPath
+    from db import misses as db_misses
+    from db.errors import DatabaseUnavailable
+
+    real = db_misses.flush
+    calls = {"n": 0}
+
+    def flaky(*a: Any, **kw: Any) -> list[int]:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise DatabaseUnavailable("database unavailable: simulated outage")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(db_misses, "flush", flaky)
+    db = Database(db_url)
+    migrate.upgrade(db)
+    rp = ReadPath(db, check_s=0.05, flush_s=0.05)
+    rp.misses.add([DECODE], 4)
+    rp.start()
+    try:
+        rp.misses.add([DECODE], 3)
+        assert until(lambda: calls["n"] >= 3 and rp.misses.pending() == 0)
+    finally:
+        rp.stop()
+    try:
+        assert db_misses.stored_counts(db) == {DECODE.slug(): 7}
+        assert rp.cache.generation == (0, 0)  # the generation reads went on through the failed flushes
+    finally:
+        db.dispose()
