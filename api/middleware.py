@@ -40,14 +40,18 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 class WriteAuthMiddleware:
     """Every non-read request needs `Authorization: Bearer <KVTUNE_API_TOKEN>`. With no token
-    configured, writes are refused: an open write endpoint is never the default."""
+    configured, writes are refused: an open write endpoint is never the default. `open_writes` names
+    the (method, path) pairs that take no token (engines' reports, which they send without one)."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, open_writes: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.open_writes = open_writes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in READ_METHODS:
+            return await self.app(scope, receive, send)
+        if (scope["method"], scope.get("path", "")) in self.open_writes:
             return await self.app(scope, receive, send)
         auth = _header(scope, b"authorization") or b""
         scheme, _, given = auth.partition(b" ")

@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, le=100)
     max_workers_per_job: int = Field(64, ge=1, le=INT32_MAX, description="largest max_workers a distributed job may ask for")
 
+    # The API's read path (api/read_path.py): how stale a bundle may be after a publish, how often
+    # counted misses are written, and the auto-tune rule (db/misses.py; None or 0: off).
+    bundle_check_s: float = Field(0.2, gt=0, le=60, description="seconds between publish-generation reads")
+    miss_flush_s: float = Field(1.0, gt=0, le=3600, description="seconds between lookup-miss batch writes")
+    auto_tune_misses: int | None = Field(None, ge=0, description="queue one tune job for a key after this many misses")
+
     # Workers (`kvtune worker` flags override these: --database-url, --gpu, --arch, --concurrency,
     # --lease, --heartbeat, --poll, --name, --no-join).
     gpu: int | None = Field(None, ge=0, description="the GPU index a worker owns")
