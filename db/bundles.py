@@ -29,6 +29,7 @@ from db.configs import active_configs, store_sources as _store_sources
 from db.models import KernelConfig, KernelSource
 from db.session import Database
 from catalog.core import Bucket, ProblemKey
+from catalog.coverage import fill_coverage
 from catalog.families import family_names, get_spec
 from catalog.keys import make_key
 
@@ -64,10 +65,6 @@ class _Plan:
     family: Any
     default_cfg: Any
     sources: tuple[Source, ...]  # the default config's modules, the launched one first
-
-
-def _overlaps(a: Bucket, b: Bucket) -> bool:
-    return a.dim == b.dim and a.ctx == b.ctx and a.lo <= b.hi and b.lo <= a.hi
 
 
 def _tuned_entry(c: KernelConfig, wk: Any, stale: dict[str, str] | None) -> dict[str, Any]:
@@ -155,8 +152,9 @@ def _kernel(s: Session, plan: _Plan, req: BundleRequest) -> dict[str, Any]:
     stored_keys = db_warmup.load(s, [c.id for c, _ in chosen])
     entries = [_tuned_entry(c, stored_keys.get(c.id), stale) for c, stale in chosen]
     tuned_buckets = [Bucket.from_json(c.bucket_json) for c, _ in chosen]
-    entries += [_default_entry(b, plan) for b in plan.family.buckets(plan.key)
-                if not any(_overlaps(b, t) for t in tuned_buckets)]
+    # Coverage is explicit: the default buckets split around the tuned ones, so every size the
+    # defaults covered has exactly one entry (a tuned N1-4 leaves a default N5-64, not a hole).
+    entries += [_default_entry(b, plan) for b in fill_coverage(plan.family.buckets(plan.key), tuned_buckets)]
     entries.sort(key=lambda e: (e["bucket"]["dim"], e["bucket"]["ctx"], e["bucket"]["lo"]))
     return {"key": plan.key.to_json(), "key_slug": plan.key.slug(), "tuned": bool(chosen), "buckets": entries}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -46,6 +47,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from api.server import serve
     from catalog.settings import Settings
 
+    if args.workers > 1:
+        # Each worker process builds its own app from the environment (api/server.py).
+        if args.database_url:
+            os.environ["KVTUNE_DATABASE_URL"] = args.database_url
+        serve(host=args.host, port=args.port, workers=args.workers)
+        return 0
     settings = Settings(database_url=args.database_url) if args.database_url else Settings()
     serve(host=args.host, port=args.port, settings=settings)
     return 0
@@ -211,6 +218,8 @@ def _add_service_commands(sub: argparse._SubParsersAction) -> None:
     sv = sub.add_parser("serve", formatter_class=_Help, help="the HTTP API (settings from KVTUNE_* environment variables)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     sv.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    sv.add_argument("--workers", type=int, default=1,
+                    help="uvicorn worker processes on the one port (each with its own bundle cache), SQLite or PostgreSQL")
     _database_url(sv)
     sv.set_defaults(func=_cmd_serve)
 

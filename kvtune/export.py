@@ -15,21 +15,23 @@ from tuner.runtime.export import ExportError, needed_sources, write_export
 
 def _from_database(database_url: str | None, shape: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     from catalog.settings import Settings
-    from db.bundles import build_bundle
+    from db.bundles import BundleRequest, read_bundle
     from db.configs import get_source
     from db.errors import NotFound
     from db.session import Database
 
     db = Database(database_url or Settings().database_url)
     try:
-        bundle = build_bundle(db, record_misses=False, **shape)
-        sources = {}
-        for h in sorted({h for k in bundle["kernels"].values() for h in needed_sources(k)}):
+        formats = tuple(shape["formats"]) if shape["formats"] else None
+        built = read_bundle(db, BundleRequest(shape["arch"], shape["heads"], shape["topk"], shape["window"], formats))
+        # Defaults nobody has fetched yet are rendered, not stored: the read hands their text back.
+        sources = {h: text for h, _template, text in built.unstored_sources}
+        for h in sorted({h for k in built.bundle["kernels"].values() for h in needed_sources(k)} - set(sources)):
             try:
                 sources[h] = get_source(db, h).source
             except NotFound:
                 raise ExportError(f"the database has no source for hash {h}") from None
-        return bundle, sources
+        return built.bundle, sources
     finally:
         db.dispose()
 

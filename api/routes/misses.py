@@ -30,9 +30,12 @@ class MissItem(BaseModel):
 
     kernel: Annotated[str, Field(max_length=32, description=f"one of {', '.join(family_names())}")]
     arch: Annotated[str, Field(max_length=32)]
-    heads: Annotated[int, Field(ge=1)]
-    topk: Annotated[int, Field(ge=1)]
-    window: Annotated[int, Field(ge=0)]
+    # The key as the engine's runtime holds it (ProblemKey.to_json): pack's key has no heads or top-k.
+    heads: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    topk: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    window: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    head_dim: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
+    dim: Annotated[str | None, Field(max_length=8, description="the batch dimension n counts (N, T, B)")] = None
     formats: Annotated[list[Annotated[str, Field(max_length=32)]] | None, Field(max_length=8)] = None
     n: Annotated[int, Field(ge=1, le=1 << 31, description="the batch size of the call that missed")]
     count: Annotated[int, Field(ge=1, le=MAX_COUNT, description="calls of that size since the last report")] = 1
@@ -42,6 +45,8 @@ class MissReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     misses: Annotated[list[MissItem], Field(min_length=1, max_length=MAX_ITEMS)]
+    device: Annotated[str | None, Field(max_length=128, description="the engine's GPU name")] = None
+    triton: Annotated[str | None, Field(max_length=64, description="the engine's Triton version")] = None
 
 
 class MissAccepted(BaseModel):
@@ -58,6 +63,8 @@ def post_misses(report: MissReport, request: Request) -> MissAccepted:
             check_arch(m.arch)
             check_shape(settings, m.heads, m.topk, m.window)
             check_formats(m.formats)
+            if m.kernel != "pack" and (m.heads < 1 or m.topk < 1):
+                raise InvalidRequest(f"{m.kernel} keys have heads >= 1 and topk >= 1")
             key = make_key(m.kernel, m.arch, m.heads, m.topk, m.window, m.formats)
         except (InvalidRequest, ValueError, TypeError, KeyError) as e:
             raise InvalidRequest(f"misses[{i}]: {e}") from None

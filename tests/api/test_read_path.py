@@ -308,6 +308,25 @@ def test_post_misses_counts_engine_reports_without_a_token(site: Site) -> None:
     assert site.stored_misses() == {slug: 5} and site.rp.misses.pending() == 0
     # Other writes still need the token.
     assert site.http.post("/v1/tune", json={}).status_code == 401
+    # A decode key without heads is not a key (pack's has none: its key is the record format).
+    assert site.http.post("/v1/misses", json={"misses": [{**item, "heads": 0}]}).status_code == 422
+
+
+def test_the_runtimes_miss_reports_reach_the_table(site: Site) -> None:
+    # What tuner.runtime's reporter sends (dispatch.miss_payload), through the engine client, to
+    # the real route: the pack key of the engine's bundle (heads 0) and a decode key of its shape.
+    from tuner.runtime.client import KvtuneClient
+    from tuner.runtime.dispatch import MissCounter, MissReporter
+
+    counter = MissCounter()
+    pack, decode = make_key("pack", "sm_90"), make_key("decode", "sm_90", 16, 512, 128)
+    for key, dim, n in ((pack, "N", 5_000_000), (pack, "N", 5_000_000), (decode, "T", 100)):
+        counter.count(key, dim, n)
+    with KvtuneClient(site.url) as client:
+        reporter = MissReporter(counter, client.report_misses, device="NVIDIA H200", triton="3.6.0", interval_s=60.0)
+        assert reporter.flush() and reporter.sent == 1, reporter.last_error
+        reporter.close()
+    assert until(lambda: site.stored_misses() == {pack.slug(): 2, decode.slug(): 1}), site.stored_misses()
 
 
 def test_cached_answers_equal_the_routes_and_odd_spellings_go_to_the_route(site: Site) -> None:

@@ -12,7 +12,7 @@ from catalog.families import get_spec
 from catalog.keys import make_key
 from catalog.results import BucketResult, TrialRecord, TuneResult
 from db import configs, migrate
-from db.bundles import build_bundle
+from db.bundles import BundleRequest, read_bundle
 from db.session import Database
 from kvtune.cli import main
 from tuner.runtime import TunedKernels, read_export
@@ -48,7 +48,7 @@ def test_kvtune_export_from_the_database_round_trips_through_from_folder(tmp_pat
     migrate.upgrade(db)
     device = this_process().device_name
     tuned = _publish_decode(db, device)
-    served = build_bundle(db, arch="interp", record_misses=False, **SHAPE)
+    served = read_bundle(db, BundleRequest("interp", **SHAPE)).bundle
     db.dispose()
     out = tmp_path / "export"
     assert main(["export", "--arch", "interp", "--out", str(out), "--database-url", url]) == 0

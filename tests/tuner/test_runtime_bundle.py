@@ -104,8 +104,8 @@ def test_calls_launch_their_buckets_config_and_count_misses(proc: Process) -> No
             _decode_call(tk, b)
     block_n = [la.kwargs["BLOCK_N"] for la in launches if la.fn.fn.__name__ == "decode_kernel"]
     assert block_n == [32, 16, 32]  # T=1 default, T=2 tuned, T=100 outside every bucket: the default
-    slug = tk.tables[("decode", ("nvfp4_288", "fp8_528"))].key.slug()
-    assert tk.misses.totals == {(slug, "T", 100): 1}
+    key = tk.tables[("decode", ("nvfp4_288", "fp8_528"))].key
+    assert tk.misses.totals == {(key, "T", 100): 1}
     assert tk.calls[("decode", "T2-2")] == 1 and tk.calls[("decode", "miss")] == 1
     pack_fm = ("nvfp4_288",)
     assert tk.config_for("pack", pack_fm, "N", 64)["BLOCK_T"] == 1
@@ -113,7 +113,7 @@ def test_calls_launch_their_buckets_config_and_count_misses(proc: Process) -> No
     # A call of another model shape (8 local heads) has no table: the default, counted under its own key.
     assert tk.config_for("decode", ("nvfp4_288", "fp8_528"), "T", 2, heads=8, topk=TOPK, window=WINDOW) == \
         decode_spec.default_config("nvfp4_288", "fp8_528")
-    assert any(s.startswith("decode.") and ".h8." in s for s, _, _ in tk.misses.totals)
+    assert any(k.kernel == "decode" and k.heads == 8 for k, _, _ in tk.misses.totals)
 
 
 def test_lookup_is_explicit_coverage_with_contexts() -> None:
@@ -140,12 +140,13 @@ def test_misses_go_out_in_batches_and_a_dead_server_costs_calls_nothing() -> Non
         done.set()
 
     rep = MissReporter(counter, send, device="gpu", triton="3.6.0", interval_s=60.0, batch=3)
+    key = make_key("decode", "interp", H, TOPK, WINDOW)
     for n in (100, 100, 7):
-        counter.count("decode.k", "T", n)
+        counter.count(key, "T", n)
     assert done.wait(5.0), "a full batch wakes the reporter before its interval"
     rep.close()
-    assert got[0]["misses"] == [{"key_slug": "decode.k", "dim": "T", "n": 7, "count": 1},
-                                {"key_slug": "decode.k", "dim": "T", "n": 100, "count": 2}]
+    assert got[0]["misses"] == [{**key.to_json(), "dim": "T", "n": 7, "count": 1},
+                                {**key.to_json(), "dim": "T", "n": 100, "count": 2}]
     assert got[0]["device"] == "gpu" and got[0]["triton"] == "3.6.0"
 
     stuck = threading.Event()
@@ -156,11 +157,11 @@ def test_misses_go_out_in_batches_and_a_dead_server_costs_calls_nothing() -> Non
 
     counter = MissCounter()
     rep = MissReporter(counter, dead, device="gpu", triton="3.6.0", interval_s=60.0, batch=1)
-    counter.count("decode.k", "T", 1)  # wakes the reporter, which hangs in send
+    counter.count(key, "T", 1)  # wakes the reporter, which hangs in send
     time.sleep(0.05)
     t0 = time.perf_counter()
     for _ in range(2000):
-        counter.count("decode.k", "T", 200)
+        counter.count(key, "T", 200)
     assert time.perf_counter() - t0 < 0.5, "counting waited on the reporter"
     stuck.set()
     rep.close(timeout_s=5.0)
@@ -191,7 +192,7 @@ def test_from_server_sends_versions_and_reports_misses(proc: Process) -> None:
     tk.config_for("pack", ("nvfp4_288",), "N", 5_000_000)
     tk.close()
     (post,) = seen["posts"]
-    assert post["misses"] == [{"key_slug": tk.tables[("pack", ("nvfp4_288",))].key.slug(), "dim": "N",
+    assert post["misses"] == [{**tk.tables[("pack", ("nvfp4_288",))].key.to_json(), "dim": "N",
                                "n": 5_000_000, "count": 1}]
 
 

@@ -14,7 +14,9 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Mapping
 
-MissKey = tuple[str, str, int]  # (ProblemKey slug, bucket dimension, size)
+from catalog.core import ProblemKey
+
+MissKey = tuple[ProblemKey, str, int]  # (the key, bucket dimension, size)
 
 
 class MissCounter:
@@ -29,8 +31,8 @@ class MissCounter:
         self.wake = threading.Event()
         self.batch = 0  # set by a reporter: wake it once this many misses are pending
 
-    def count(self, slug: str, dim: str, n: int) -> None:
-        k = (slug, dim, n)
+    def count(self, key: ProblemKey, dim: str, n: int) -> None:
+        k = (key, dim, n)
         with self._lock:
             if k in self._pending or len(self._pending) < self.max_keys:
                 self._pending[k] += 1
@@ -59,9 +61,11 @@ class MissCounter:
 
 
 def miss_payload(counts: Mapping[MissKey, int], device: str, triton: str) -> dict[str, Any]:
-    """The body of `POST /v1/misses`: one row per (key, dimension, size) with its count."""
+    """The body of `POST /v1/misses` (api/routes/misses.py): one item per (key, dimension, size)
+    with its count, the key as its JSON fields."""
+    items = sorted(counts.items(), key=lambda kv: (kv[0][0].slug(), kv[0][1], kv[0][2]))
     return {"device": device, "triton": triton,
-            "misses": [{"key_slug": s, "dim": d, "n": n, "count": c} for (s, d, n), c in sorted(counts.items())]}
+            "misses": [{**k.to_json(), "dim": d, "n": n, "count": c} for (k, d, n), c in items]}
 
 
 class MissReporter:

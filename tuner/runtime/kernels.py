@@ -77,7 +77,7 @@ class TunedKernels:
         self.misses = MissCounter()
         self.calls: Counter[tuple[str, str]] = Counter()  # (kernel, bucket name or "miss") -> calls
         self.reporter: MissReporter | None = None
-        self._defaults: dict[tuple[str, tuple[str, ...], int], tuple[Config, str]] = {}
+        self._defaults: dict[tuple[str, tuple[str, ...], int], tuple[Config, ProblemKey]] = {}
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._rows: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._counters: dict[torch.device, torch.Tensor] = {}
@@ -194,7 +194,7 @@ class TunedKernels:
         return list(seen.values())
 
     # -- dispatch --------------------------------------------------------------------------------
-    def _default(self, kernel: str, formats: tuple[str, ...], heads: int, topk: int, window: int) -> tuple[Config, str]:
+    def _default(self, kernel: str, formats: tuple[str, ...], heads: int, topk: int, window: int) -> tuple[Config, ProblemKey]:
         got = self._defaults.get((kernel, formats, heads))
         if got is None:
             arch = self.process.arch
@@ -206,7 +206,7 @@ class TunedKernels:
 
                 key = pack_key(formats[0], arch)
             assert key is not None
-            got = (get_spec(kernel).default_config(key), key.slug())
+            got = (get_spec(kernel).default_config(key), key)
             self._defaults[(kernel, formats, heads)] = got
         return got
 
@@ -220,11 +220,11 @@ class TunedKernels:
             if e is not None:
                 self.calls[(kernel, e.bucket.name())] += 1
                 return e.config
-            self.misses.count(t.key.slug(), dim, n)
+            self.misses.count(t.key, dim, n)
             self.calls[(kernel, "miss")] += 1
             return t.default_config
-        cfg, slug = self._default(kernel, formats, heads, topk, window)
-        self.misses.count(slug, dim, n)
+        cfg, key = self._default(kernel, formats, heads, topk, window)
+        self.misses.count(key, dim, n)
         self.calls[(kernel, "miss")] += 1
         return cfg
 
