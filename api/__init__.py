@@ -1,1 +1,2 @@
-"""The HTTP API (FastAPI app factory, routes, auth, limits) and the engine-side client."""
+"""The HTTP API: FastAPI app factory, routes, auth, limits, the bundle read path and the dashboard. A JSON
+server: it imports no torch or triton (tests/api/test_torch_free.py)."""

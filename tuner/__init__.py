@@ -1,1 +1,2 @@
-"""kvtune's tuner: record formats, templated Triton kernels, compile/verify/time, search."""
+"""kvtune's tuner: the kernel families (launchers, inputs, checks), torch codecs and references,
+compile/verify/time, search, warmup keys, and the engine runtime (`tuner.runtime`)."""
