@@ -65,3 +65,21 @@ def parse_buckets(spec: str, defaults: Sequence[Bucket]) -> list[Bucket]:
     if not out:
         raise ValueError(f"no buckets in {spec!r}")
     return out
+
+
+def key_notes(key: ProblemKey, asked_formats: Sequence[str] | None = None) -> list[str]:
+    """What the key's kernel did with the request's fields, in words: which fields it ignores or fixes,
+    and which formats it defaulted. Jobs and bundles carry these so a key like `pack...h0.k0.w0` or
+    a heads=16 bundle's `logits...h64` is explained where it is made."""
+    notes: list[str] = []
+    if key.kernel == "pack":
+        notes.append(f"pack is keyed by its record format ({key.formats[0]}) on {key.arch}: heads, topk and "
+                     "window do not apply and are stored as 0")
+    elif key.kernel == "logits":
+        notes.append(f"logits scores with the indexer's {LOGITS_HEADS} index heads of {LOGITS_HEAD_DIM} dims, "
+                     "whatever the attention's local heads; window does not apply (stored as 0)")
+    if not asked_formats:
+        defaults = {"pack": (PACK_FORMAT,), "decode": DECODE_FORMATS, "logits": LOGITS_FORMATS}.get(key.kernel)
+        if defaults and tuple(key.formats) == tuple(defaults):
+            notes.append(f"formats defaulted to {', '.join(defaults)}")
+    return notes

@@ -31,7 +31,7 @@ from db.session import Database
 from catalog.core import Bucket, ProblemKey
 from catalog.coverage import fill_coverage
 from catalog.families import family_names, get_spec
-from catalog.keys import make_key
+from catalog.keys import key_notes, make_key
 
 Source = tuple[str, str, str]  # (source_hash, template, source)
 
@@ -156,7 +156,8 @@ def _kernel(s: Session, plan: _Plan, req: BundleRequest) -> dict[str, Any]:
     # defaults covered has exactly one entry (a tuned N1-4 leaves a default N5-64, not a hole).
     entries += [_default_entry(b, plan) for b in fill_coverage(plan.family.buckets(plan.key), tuned_buckets)]
     entries.sort(key=lambda e: (e["bucket"]["dim"], e["bucket"]["ctx"], e["bucket"]["lo"]))
-    return {"key": plan.key.to_json(), "key_slug": plan.key.slug(), "tuned": bool(chosen), "buckets": entries}
+    return {"key": plan.key.to_json(), "key_slug": plan.key.slug(), "tuned": bool(chosen),
+            "notes": key_notes(plan.key, req.formats), "buckets": entries}
 
 
 def read_bundle(db: Database, req: BundleRequest) -> Built:

@@ -231,7 +231,7 @@ def _job_row(j: Job) -> dict[str, Any]:
     return {"id": j.id, "status": j.status, "kernel": j.kernel, "arch": j.arch, "slug": j.key_slug,
             "trials": j.trials, "attempt": j.attempt, "trials_done": p.get("trials_done", 0),
             "trials_total": p.get("trials_total"), "created_at": _iso(j.created_at), "finished_at": _iso(j.finished_at),
-            "error": j.error}
+            "error": j.error, "key": j.key_json}
 
 
 def recent_jobs(db: Database, *, arch: str | None = None, kernel: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

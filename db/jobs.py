@@ -12,6 +12,7 @@ from db.clock import utcnow
 from db.errors import Conflict, InvalidRequest, NotFound
 from db.models import ACTIVE_STATUSES, Job, JobStatus, TrialResult
 from db.session import Database
+from catalog.keys import key_notes
 from catalog.core import Bucket, ProblemKey
 
 
@@ -201,6 +202,9 @@ def job_summary(job: Job) -> dict[str, Any]:
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
+        # What the key's kernel ignores or fixes (pack: heads/topk/window; logits: 64 index heads).
+        "notes": key_notes(ProblemKey.from_json(job.key_json), job.key_json.get("formats")),
+        "warnings": [],
     }
 
 

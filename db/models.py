@@ -215,3 +215,17 @@ class LookupMiss(Base):
     count: Mapped[int] = mapped_column(Integer, default=1)
     first_seen: Mapped[dt.datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class WorkerPresence(Base):
+    """A worker process that announced itself: refreshed every few seconds while it lives (a
+    heartbeat row), removed when it exits cleanly. A job for an arch no live worker announced is
+    answered with a warning (it would stay queued)."""
+
+    __tablename__ = "worker_presence"
+
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    arch: Mapped[str] = mapped_column(String(32), index=True)
+    gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[dt.datetime] = mapped_column(default=utcnow)

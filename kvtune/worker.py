@@ -42,7 +42,7 @@ from typing import Any, Iterator
 from catalog.core import Bucket, Config
 from catalog.results import TrialRecord, TuneResult
 from db import configs as db_configs
-from db import leases, migrate, queue
+from db import leases, migrate, queue, workers
 from db.errors import DomainError, LeaseLost
 from db.leases import Lease
 from db.session import Database
@@ -108,6 +108,7 @@ class Worker:
         if self.heartbeat_s >= lease_s:
             raise ValueError(f"heartbeat ({self.heartbeat_s}s) must be shorter than the lease ({lease_s}s)")
         self.poll_s = poll_s
+        self.gpu = gpu
         gpu_tag = f"gpu{gpu}" if gpu is not None else arch
         # The owner id is the fencing identity: unique per process even when a name is configured.
         base = f"{owner}:{os.getpid()}" if owner else f"{socket.gethostname()}:{os.getpid()}:{gpu_tag}"
@@ -133,6 +134,12 @@ class Worker:
         log.info("%s: worker for %s on %s (concurrency %d)", self.owner, self.arch, self.db.dialect, self.concurrency)
         if search.shared_studies(self.tune):
             self._init_optuna_storage()
+        with workers.presence(self.db, self.owner, self.arch, self.gpu):  # for the API's no-live-worker warning
+            self._slots(once, max_idle_s)
+        log.info("%s: exiting after %d job(s)", self.owner, self.jobs_run)
+        return 0
+
+    def _slots(self, once: bool, max_idle_s: float | None) -> None:
         if self.concurrency == 1:
             self._loop(self.owner, None, once, max_idle_s)
         else:
@@ -144,8 +151,6 @@ class Worker:
             while any(t.is_alive() for t in slots):
                 for t in slots:
                     t.join(0.2)
-        log.info("%s: exiting after %d job(s)", self.owner, self.jobs_run)
-        return 0
 
     def _init_optuna_storage(self) -> None:
         """Create Optuna's tables before the first job (`tuner.search.prepare_storage` says why): two

@@ -20,7 +20,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from catalog.families import family_names
 from catalog.targets import TARGETS
-from db import dashboard
+from catalog.core import ProblemKey
+from catalog.keys import key_notes
+from db import dashboard, workers
 from db.errors import NotFound
 from db.session import Database
 
@@ -153,7 +155,11 @@ def job_page(job_id: str, db: Database = Depends(get_db)) -> HTMLResponse:
         detail = dashboard.job_detail(db, n)
     except NotFound:
         return _error(404, "No such job", [f"no job {n}"])
-    return _page("job.html", d=detail, chart_data={"job_id": n, "progress": detail["series"]})
+    job = detail["job"]
+    warning = workers.no_worker_warning(db, job["arch"]) if job["status"] == "queued" else None
+    notes = key_notes(ProblemKey.from_json(job["key"]), job["key"].get("formats")) if job.get("key") else []
+    return _page("job.html", d=detail, warnings=[warning] if warning else [], notes=notes,
+                 chart_data={"job_id": n, "progress": detail["series"]})
 
 
 @router.get("/jobs/{job_id}/progress.json")

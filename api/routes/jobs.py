@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from db import jobs, queue
+from db import jobs, queue, workers
 from db.models import JobStatus
 from db.session import Database
 
@@ -42,6 +42,8 @@ def get_job(job_id: JobId, db: Database = Depends(get_db)) -> dict[str, Any]:
     out["trials_by_status"] = jobs.trial_counts(db, job_id)
     # A distributed job's workers of the current attempt, each with its lease and trial count.
     out["participants"] = queue.participants(db, job_id) if job.distributed else []
+    if job.status == "queued":
+        out["warnings"] = [w for w in [workers.no_worker_warning(db, job.arch)] if w]
     return out
 
 

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Response
 
-from db import jobs
+from catalog.keys import key_notes
+from db import jobs, workers
 from db.errors import InvalidRequest
 from db.session import Database
 
@@ -47,4 +48,7 @@ def submit_tune(req: TuneRequest, response: Response, db: Database = Depends(get
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
-    return jobs.job_summary(job)
+    out = jobs.job_summary(job)
+    out["notes"] = key_notes(spec.key, req.formats)  # the request's own formats: say what was defaulted
+    out["warnings"] = [w for w in [workers.no_worker_warning(db, spec.key.arch)] if w]
+    return out
