@@ -12,13 +12,12 @@ from db.session import Database
 
 from api import errors
 from api.bundle_fast_path import CachedBundleMiddleware
-from api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
+from api.middleware import OPEN_WRITES, BodyLimitMiddleware, MetricsMiddleware, RequestMetrics, WriteAuthMiddleware
 from api.read_path import ReadPath
 from api.routes import configs, dashboard, health, jobs, misses, tune
 from catalog.settings import Settings
 
 # Writes an engine makes without a token (see api/routes/misses.py for what bounds them).
-OPEN_WRITES = frozenset({("POST", "/v1/misses")})
 
 
 def create_app(settings: Settings | None = None, *, db: Database | None = None) -> FastAPI:

@@ -18,6 +18,7 @@ from starlette.routing import Match
 
 from db.errors import Conflict, DatabaseUnavailable, InvalidRequest, LeaseLost, NotFound
 
+from api.middleware import OPEN_WRITES
 from api.schemas import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -150,12 +151,14 @@ def _document(app: FastAPI) -> None:
             for method, op in ops.items():
                 rs = op.setdefault("responses", {})
                 takes_input = bool(op.get("parameters") or op.get("requestBody"))
-                wanted = [503] + ([422] if takes_input else []) + ([404] if "{" in path else []) + ([400, 401, 413] if method in WRITE_METHODS else [])
+                guarded = method in WRITE_METHODS and (method.upper(), path) not in OPEN_WRITES
+                wanted = ([503] + ([422] if takes_input else []) + ([404] if "{" in path else [])
+                          + ([400, 413] if method in WRITE_METHODS else []) + ([401] if guarded else []))
                 for code in wanted:
                     cur = rs.get(str(code))
                     if cur is None or _FASTAPI_422 in str(cur):
                         rs[str(code)] = {"description": DESCRIPTIONS[code], **ref}
-                if method in WRITE_METHODS:
+                if guarded:
                     op["security"] = [{"bearer": []}]
         if _FASTAPI_422 not in str(schema.get("paths")):
             models.pop("HTTPValidationError", None)

@@ -38,6 +38,11 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+# Writes that need no token: an engine's runtime reports its misses with no write token
+# (POST /v1/misses bounds its own body and items). The OpenAPI document follows this set.
+OPEN_WRITES = frozenset({("POST", "/v1/misses")})
+
+
 class WriteAuthMiddleware:
     """Every non-read request needs `Authorization: Bearer <KVTUNE_API_TOKEN>`. With no token
     configured, writes are refused: an open write endpoint is never the default. `open_writes` names

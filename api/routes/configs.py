@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from db import configs
 from db.bundles import BundleRequest
-from db.session import Database
 
-from api.deps import get_db
+from api.deps import DatabaseDep
 from api.read_path import Entry, ReadPath
 from api.validation import check_arch, check_formats, check_shape
 
@@ -70,7 +69,7 @@ async def get_warmup_keys(request: Request, arch: Arch, heads: Heads, topk: Topk
 
 @router.get("/kernels/{source_hash}", response_class=PlainTextResponse)
 def get_kernel_source(
-    source_hash: Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$")], db: Database = Depends(get_db)
+    source_hash: Annotated[str, Path(pattern=r"^[0-9a-f]{8,64}$")], db: DatabaseDep
 ) -> PlainTextResponse:
     src = configs.get_source(db, source_hash)
     return PlainTextResponse(src.source, headers={"ETag": f'"{src.source_hash}"', "X-Kvtune-Template": src.template})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from catalog.families import family_names
@@ -24,9 +24,8 @@ from catalog.core import ProblemKey
 from catalog.keys import key_notes
 from db import dashboard, workers
 from db.errors import NotFound
-from db.session import Database
 
-from api.deps import get_db
+from api.deps import DatabaseDep
 
 router = APIRouter(prefix="/dashboard", tags=["dashboard"], include_in_schema=False)
 
@@ -124,8 +123,8 @@ def _int(s: str) -> int | None:
 
 
 @router.get("", response_class=HTMLResponse)
-def index(arch: str | None = None, kernel: str | None = None, limit: str | None = None,
-          job: str | None = None, db: Database = Depends(get_db)) -> HTMLResponse:
+def index(db: DatabaseDep, arch: str | None = None, kernel: str | None = None, limit: str | None = None,
+          job: str | None = None) -> HTMLResponse:
     f, problems = _filters(arch, kernel, limit, job)
     if problems:
         return _error(422, "Bad query parameters", problems)
@@ -147,7 +146,7 @@ def index(arch: str | None = None, kernel: str | None = None, limit: str | None 
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: str, db: Database = Depends(get_db)) -> HTMLResponse:
+def job_page(job_id: str, db: DatabaseDep) -> HTMLResponse:
     n = _int(job_id)
     if n is None:
         return _error(404, "No such job", [f"job ids are positive integers (got {job_id[:64]!r})"])
@@ -163,7 +162,7 @@ def job_page(job_id: str, db: Database = Depends(get_db)) -> HTMLResponse:
 
 
 @router.get("/jobs/{job_id}/progress.json")
-def job_progress(job_id: str, db: Database = Depends(get_db)) -> JSONResponse:
+def job_progress(job_id: str, db: DatabaseDep) -> JSONResponse:
     n = _int(job_id)
     if n is None:
         return JSONResponse({"detail": "job ids are positive integers"}, status_code=404)

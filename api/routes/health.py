@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import text
 
 from db import configs, jobs
 from db.errors import DomainError
-from db.session import Database
 
-from api.deps import get_db
+from api.deps import DatabaseDep
 from api.schemas import HealthBody
 
 router = APIRouter(tags=["health"])
@@ -18,7 +17,7 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_model=HealthBody,
             responses={503: {"model": HealthBody, "description": "the database is unreachable or not migrated"}})
-def healthz(db: Database = Depends(get_db)) -> JSONResponse:
+def healthz(db: DatabaseDep) -> JSONResponse:
     try:
         db.run(lambda s: s.execute(text("SELECT 1")).scalar(), write=False, retries=1)
     except DomainError as e:
@@ -34,7 +33,7 @@ def _labels(**kv: object) -> str:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(request: Request, db: Database = Depends(get_db)) -> PlainTextResponse:
+def metrics(request: Request, db: DatabaseDep) -> PlainTextResponse:
     lines: list[str] = []
     lines += ["# HELP kvtune_jobs Jobs by status.", "# TYPE kvtune_jobs gauge"]
     for status, n in sorted(jobs.counts_by_status(db).items()):

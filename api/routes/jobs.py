@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path, Query
 
 from db import jobs, queue, workers
 from db.models import JobStatus
-from db.session import Database
 
-from api.deps import get_db
+from api.deps import DatabaseDep
 from api.errors import responses
 from api.schemas import ARCHS, INT32_MAX, KERNELS
 
@@ -24,7 +23,7 @@ KernelFilter = Literal[KERNELS] | None  # type: ignore[valid-type]
 
 @router.get("")
 def list_jobs(
-    db: Database = Depends(get_db),
+    db: DatabaseDep,
     status: Status | None = None,
     arch: ArchFilter = None,
     kernel: KernelFilter = None,
@@ -36,7 +35,7 @@ def list_jobs(
 
 
 @router.get("/{job_id}", responses=responses(404))
-def get_job(job_id: JobId, db: Database = Depends(get_db)) -> dict[str, Any]:
+def get_job(job_id: JobId, db: DatabaseDep) -> dict[str, Any]:
     job = jobs.get(db, job_id)
     out = jobs.job_summary(job)
     out["trials_by_status"] = jobs.trial_counts(db, job_id)
@@ -48,5 +47,5 @@ def get_job(job_id: JobId, db: Database = Depends(get_db)) -> dict[str, Any]:
 
 
 @router.delete("/{job_id}", responses=responses(404, 409))
-def cancel_job(job_id: JobId, db: Database = Depends(get_db)) -> dict[str, Any]:
+def cancel_job(job_id: JobId, db: DatabaseDep) -> dict[str, Any]:
     return jobs.job_summary(jobs.cancel(db, job_id))

@@ -13,9 +13,9 @@ from typing import Annotated
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from catalog.families import family_names
 from catalog.keys import make_key
 
+from api.schemas import Arch, Format, Kernel
 from api.validation import check_arch, check_formats, check_kernel, check_shape
 from db.errors import InvalidRequest
 
@@ -26,23 +26,23 @@ MAX_COUNT = 1 << 20
 
 
 class MissItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # 16, not "16", 16.0 or true
 
-    kernel: Annotated[str, Field(max_length=32, description=f"one of {', '.join(family_names())}")]
-    arch: Annotated[str, Field(max_length=32)]
+    kernel: Kernel
+    arch: Arch
     # The key as the engine's runtime holds it (ProblemKey.to_json): pack's key has no heads or top-k.
     heads: Annotated[int, Field(ge=0, le=2**31 - 1)]
     topk: Annotated[int, Field(ge=0, le=2**31 - 1)]
     window: Annotated[int, Field(ge=0, le=2**31 - 1)]
     head_dim: Annotated[int | None, Field(ge=1, le=1 << 16)] = None
     dim: Annotated[str | None, Field(max_length=8, description="the batch dimension n counts (N, T, B)")] = None
-    formats: Annotated[list[Annotated[str, Field(max_length=32)]] | None, Field(max_length=8)] = None
+    formats: Annotated[list[Format] | None, Field(max_length=8)] = None
     n: Annotated[int, Field(ge=1, le=1 << 31, description="the batch size of the call that missed")]
     count: Annotated[int, Field(ge=1, le=MAX_COUNT, description="calls of that size since the last report")] = 1
 
 
 class MissReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     misses: Annotated[list[MissItem], Field(min_length=1, max_length=MAX_ITEMS)]
     device: Annotated[str | None, Field(max_length=128, description="the engine's GPU name")] = None

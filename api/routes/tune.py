@@ -9,17 +9,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Header, Response
 
 from catalog.keys import key_notes
 from db import jobs, workers
 from db.errors import InvalidRequest
-from db.session import Database
 
-from api.deps import get_db, get_settings
+from api.deps import DatabaseDep, SettingsDep
 from api.errors import responses
 from api.schemas import TuneRequest
-from catalog.settings import Settings
 from api.validation import request_digest, tune_spec
 
 router = APIRouter(prefix="/v1", tags=["tune"])
@@ -30,8 +28,7 @@ IdempotencyKey = Annotated[str | None, Header(
 
 
 @router.post("/tune", status_code=202, responses=responses(409))
-def submit_tune(req: TuneRequest, response: Response, db: Database = Depends(get_db),
-                settings: Settings = Depends(get_settings),
+def submit_tune(req: TuneRequest, response: Response, db: DatabaseDep, settings: SettingsDep,
                 idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
     spec = tune_spec(req, settings)
     if req.distributed:

@@ -84,7 +84,8 @@ schema = schemathesis.openapi.from_dict(create_app(Settings(database_url="sqlite
 # Schema does not state (a bucket's dim and the formats each kernel takes, lo <= hi, buckets that do
 # not overlap) and the deployment's own limits (Settings: max_heads, max_trials, ...). Every other
 # check runs on them, the 422 body's conformance included.
-CROSS_FIELD_RULES = {("POST", "/v1/tune"), ("GET", "/v1/configs"), ("GET", "/v1/warmup-keys")}
+CROSS_FIELD_RULES = {("POST", "/v1/tune"), ("GET", "/v1/configs"), ("GET", "/v1/warmup-keys"),
+                     ("POST", "/v1/misses")}  # formats per kernel, heads >= 1 but for pack
 
 
 @schema.parametrize()

@@ -74,12 +74,12 @@ def test_a_tune_request_its_family_cannot_render_is_a_422_that_names_it(api: Api
 
 
 def test_an_unexpected_error_is_a_500_body_and_the_connection_stays(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    import api.routes.configs as configs_route
+    from api import read_path
 
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(configs_route, "build_bundle", boom)
+    monkeypatch.setattr(read_path, "read_bundle", boom)  # what the read path builds a bundle with
     r = api.http.get("/v1/configs", params=SEED)
     assert r.status_code == 500 and r.json() == {"detail": "internal server error"}
     assert api.http.get("/healthz").status_code == 200  # the same connection still answers
