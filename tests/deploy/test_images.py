@@ -68,10 +68,10 @@ def test_compose_starts_migrations_first_and_one_worker_per_gpu(compose: dict[st
     assert "/healthz" in " ".join(svc["api"]["healthcheck"]["test"])
     assert svc["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
     # NVIDIA: exactly one distinct GPU reserved per worker; AMD: distinct KVTUNE_GPU per worker.
-    cuda = [s for n, s in workers.items() if "cuda" in s["image"]]
+    cuda = [s for s in workers.values() if s["profiles"] == ["cuda"]]  # the interp worker runs the CUDA image, no GPU
     ids = [d["device_ids"] for s in cuda for d in s["deploy"]["resources"]["reservations"]["devices"]]
     assert len(cuda) >= 2 and all(len(i) == 1 for i in ids) and len({i[0] for i in ids}) == len(ids)
-    rocm = [s for s in workers.values() if "rocm" in s["image"]]
+    rocm = [s for s in workers.values() if s["profiles"] == ["rocm"]]
     assert len({s["environment"]["KVTUNE_GPU"] for s in rocm}) == len(rocm) >= 2
     for s in workers.values():
         assert s["command"][:2] == ["kvtune", "worker"] and s["environment"]["KVTUNE_CONCURRENCY"] == "1"
