@@ -142,7 +142,7 @@ def _follow(client: Any, job: dict[str, Any], total: int) -> dict[str, Any]:
                 bar.write("  queued: the worker is starting (it loads torch and Triton first)")
             elif done > max(last[1], 0) or (done == 0 and j["status"] == "running"):
                 bar.update(done - max(last[1], 0))
-                best = "; ".join(f"{b}: best {_fmt_us(v.get('best_us'))} (default {_fmt_us(v.get('default_us'))})"
+                best = "; ".join(f"{b}: best {_fmt_us(v.get('time_us'))} (default {_fmt_us(v.get('default_time_us'))})"
                                  for b, v in sorted((j.get("best") or {}).items()))
                 failed = p.get("trials_failed", 0)
                 bar.write(f"  {j['status']}: {done}/{p.get('trials_total', total)} trials measured"
