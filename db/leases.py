@@ -149,9 +149,10 @@ def sweep_lost(s: Session, job_id: int | None = None) -> None:
     s.execute(q.values(status=ParticipantStatus.LOST.value, busy_bucket=None))
 
 
-def live_others(s: Session, lease: Lease) -> int:
+def live_others(s: Session, lease: Lease, statuses: tuple[str, ...] = LIVE_PARTICIPANT) -> int:
+    """Other participants of the attempt in `statuses` whose own lease is unexpired."""
     return int(s.scalar(select(func.count()).select_from(JobParticipant).where(
         JobParticipant.job_id == lease.job_id, JobParticipant.attempt == lease.attempt,
-        JobParticipant.owner != lease.owner, JobParticipant.status.in_(LIVE_PARTICIPANT),
+        JobParticipant.owner != lease.owner, JobParticipant.status.in_(statuses),
         JobParticipant.lease_expires_at > db_now(s),
     )) or 0)

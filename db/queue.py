@@ -16,12 +16,15 @@ its writes are fenced); the job is re-queued only when every participant has gon
   measures more than the budget, whatever the number of participants.
 - Finishing: a participant whose tuner ran to the end calls `finish`. Under the job row lock it marks
   participants whose lease expired `lost`, and if another live participant remains it becomes `done`
-  and waits, still heartbeating (`take_over`): if the others die, it publishes once their leases
-  expired; the last one becomes `publishing` (no one can join any more) and publishes the
-  winners read from the shared studies with `complete_shared`, which turns the job `succeeded` and
-  itself `published` in the transaction that writes the configs. Exactly one participant can be the
-  last (the decision is made under the row lock), and a publisher that dies leaves a job whose lease
-  expires and is re-queued: the next attempt reuses every trial already in the studies.
+  and waits, still heartbeating (`take_over`): if the others die or leave, it publishes once their
+  leases expired (at once for one that left); the last one becomes `publishing` (no one can join
+  any more) and publishes the winners of the job's fenced trial rows (`fenced_trials`) with
+  `complete_shared`, which turns the job `succeeded` and itself `published` in the transaction that
+  writes the configs. Exactly one participant can be the last (the decision is made under the row
+  lock), and a publisher that dies leaves a job whose lease expires and is re-queued: the next
+  attempt reuses every trial already in the studies.
+- Leaving (SIGTERM, a lost database connection): `leave` hands the job to the live participants,
+  else to a `done` one waiting (it publishes), else back to the queue.
 """
 
 from __future__ import annotations
@@ -111,9 +114,9 @@ def record_trial(
 
 def release(db: Database, lease: Lease, reason: str) -> bool:
     """Give the job back to the queue (a clean shutdown): not counted against max_attempts.
-    A participant of a distributed job leaves it instead (`leave`)."""
+    A participant of a distributed job leaves it instead (`leave` says what becomes of the job)."""
     if lease.distributed:
-        return leave(db, lease, reason)
+        return leave(db, lease, reason) is not None
 
     def tx(s: Session) -> None:
         leases.fenced_update(s, lease, status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None,
@@ -294,18 +297,20 @@ def record_shared_trial(db: Database, lease: Lease, trial: TrialRecord, *, is_de
     db.run(tx)
 
 
-def attempt_trials(db: Database, lease: Lease) -> list[TrialRecord]:
-    """Every trial recorded in this attempt, by any participant (fenced writes only)."""
+def fenced_trials(db: Database, lease: Lease, *, all_attempts: bool = True) -> list[tuple[int, str, TrialRecord]]:
+    """(attempt, owner, record) of every trial row of the job (or of this attempt only): what the
+    lease fence let through, so what a job may publish (`tuner.search.collect_confirmed`)."""
 
-    def tx(s: Session) -> list[TrialRecord]:
-        rows = s.execute(select(TrialResult).where(TrialResult.job_id == lease.job_id,
-                                                   TrialResult.attempt == lease.attempt)
-                         .order_by(TrialResult.number)).scalars().all()
-        return [TrialRecord.from_json({
+    def tx(s: Session) -> list[tuple[int, str, TrialRecord]]:
+        q = select(TrialResult).where(TrialResult.job_id == lease.job_id)
+        if not all_attempts:
+            q = q.where(TrialResult.attempt == lease.attempt)
+        rows = s.execute(q.order_by(TrialResult.attempt, TrialResult.number)).scalars().all()
+        return [(r.attempt, r.worker, TrialRecord.from_json({
             "number": r.number, "bucket": r.bucket_json, "config": r.params, "status": r.status,
             "time_us": r.time_us, "error": r.error, "source_hash": r.source_hash,
             "compile_stats": r.compile_stats or {}, "timing": r.timing,
-        }) for r in rows]
+        })) for r in rows]
 
     return db.run(tx, write=False)
 
@@ -327,17 +332,17 @@ def finish(db: Database, lease: Lease) -> bool:
 
 
 def take_over(db: Database, lease: Lease) -> str:
-    """A `done` participant waiting for the others (it keeps heartbeating): "over" when the job is no
-    longer running (published, failed or cancelled), "last" when every other participant has finished
-    or lost its lease, so this one now publishes (`complete_shared`), else "wait". Raises LeaseLost
-    when its own lease is gone. This is what makes a participant that dies mid-job cost one lease,
-    not a re-queue: a waiting participant takes the publishing over."""
+    """A `done` participant waiting for the others (it keeps heartbeating): "published" when another
+    participant published the job, "ended" when the attempt is over otherwise (failed, cancelled,
+    re-queued), "last" when every other participant has finished, left or lost its lease, so this
+    one now publishes (`complete_shared`), else "wait". Raises LeaseLost when its own lease is gone.
+    This is what makes a participant that dies or leaves mid-job cost no re-queue: a waiting
+    participant takes the publishing over."""
 
     def tx(s: Session) -> str:
-        running = s.scalar(select(Job.id).where(Job.id == lease.job_id, Job.attempt == lease.attempt,
-                                                Job.status == JobStatus.RUNNING.value))
-        if running is None:
-            return "over"
+        job = s.execute(select(Job.status, Job.attempt).where(Job.id == lease.job_id)).one()
+        if job.attempt != lease.attempt or job.status != JobStatus.RUNNING.value:
+            return "published" if (job.attempt, job.status) == (lease.attempt, JobStatus.SUCCEEDED.value) else "ended"
         leases.shared_update(s, lease, statuses=(ParticipantStatus.DONE.value,))
         leases.sweep_lost(s, lease.job_id)
         if leases.live_others(s, lease) > 0:
@@ -370,24 +375,35 @@ def complete_shared(db: Database, lease: Lease, publish: Callable[[Session], dic
             log.info("publish of job %d raced another publisher; retrying", lease.job_id)
 
 
-def leave(db: Database, lease: Lease, reason: str) -> bool:
-    """A participant stops early (SIGTERM). The others carry on; if none is left alive, the job goes
-    back to the queue as `release` does (not counted against max_attempts; the next attempt reuses
-    every trial in the studies). False when the participant was already fenced out."""
+LEFT_TO_OTHERS = "others tune on"
+LEFT_TO_DONE = "a done participant publishes"
+LEFT_TO_QUEUE = "back in the queue"
 
-    def tx(s: Session) -> None:
+
+def leave(db: Database, lease: Lease, reason: str) -> str | None:
+    """A participant stops early (SIGTERM). Returns what happens to the job: `LEFT_TO_OTHERS` (live
+    participants carry on), `LEFT_TO_DONE` (none is live, but one that finished its share is waiting,
+    heartbeating: its next `take_over` makes it the publisher of what the attempt measured), or
+    `LEFT_TO_QUEUE` (nobody is left: the job goes back to the queue as `release` does, not counted
+    against max_attempts; the next attempt reuses every trial in the studies). None when the
+    participant was already fenced out."""
+
+    def tx(s: Session) -> str:
         leases.shared_update(s, lease, part={"status": ParticipantStatus.LEFT.value, "busy_bucket": None,
                                        "finished_at": utcnow()})
         leases.sweep_lost(s, lease.job_id)
-        if leases.live_others(s, lease) == 0:
-            s.execute(update(Job).where(Job.id == lease.job_id).values(
-                status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None, error=f"released: {reason}"))
+        if leases.live_others(s, lease) > 0:
+            return LEFT_TO_OTHERS
+        if leases.live_others(s, lease, (ParticipantStatus.DONE.value,)) > 0:
+            return LEFT_TO_DONE
+        s.execute(update(Job).where(Job.id == lease.job_id).values(
+            status=JobStatus.QUEUED.value, lease_owner=None, lease_expires_at=None, error=f"released: {reason}"))
+        return LEFT_TO_QUEUE
 
     try:
-        db.run(tx)
-        return True
+        return db.run(tx)
     except LeaseLost:
-        return False
+        return None
 
 
 def participants(db: Database, job_id: int) -> list[dict[str, Any]]:

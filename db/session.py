@@ -35,8 +35,11 @@ DEFAULT_SQLITE_BUSY_MS = 30_000
 # session ends. PostgreSQL ends such a session after this long, so nobody waits on a lock holder
 # that is not running; this service's transactions last milliseconds.
 DEFAULT_PG_IDLE_IN_TRANSACTION_MS = 120_000
-# PostgreSQL SQLSTATEs worth retrying: serialization_failure, deadlock_detected, lock_not_available.
-_PG_RETRY_STATES = {"40001", "40P01", "55P03"}
+# PostgreSQL SQLSTATEs worth retrying: serialization_failure, deadlock_detected, lock_not_available,
+# and the session ended by the server (admin_shutdown: `pg_terminate_backend`, crash_shutdown,
+# cannot_connect_now). Class 08 (connection exceptions) is retried too. A dropped pooled
+# connection never gets this far: the engine pre-pings (`pool_pre_ping`) and replaces it.
+_PG_RETRY_STATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 
 
 def normalize_url(url: str) -> str:
@@ -57,7 +60,7 @@ def is_retryable(exc: BaseException) -> bool:
             return True
     orig = getattr(exc, "orig", None)
     state = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None)
-    return state in _PG_RETRY_STATES
+    return state in _PG_RETRY_STATES or (isinstance(state, str) and state.startswith("08"))
 
 
 class Database:

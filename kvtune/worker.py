@@ -12,8 +12,14 @@ job of its arch and runs the same tuner on the same Optuna studies (the job's da
 storage), bucket by bucket, with its own sampler seed (`tuner.search.tune_shared`). Each measurement
 is reserved first, so the job's `trials` per bucket is the budget of all participants together, and
 the parallel trials of one study are spread over as many GPUs as there are participants. The last
-participant to finish reads every current trial of each study and publishes the winners
-(`tuner.search.collect_shared`).
+participant to finish publishes the winners of the job's fenced trial rows
+(`tuner.search.collect_confirmed`); a participant that leaves hands the job to the others, or to
+a `done` one waiting, which then publishes (db.queue.leave).
+
+What is published comes from the fenced trial rows, never from the studies: a worker frozen past
+its lease may still tell Optuna a trial when it resumes (each trial carries its attempt and owner,
+`tuner.search.RUN_ATTR`), but its row is refused. A tune that loses its database connection beyond
+the storage's retries (`tuner.study_storage`) gives the job back to the queue instead of failing it.
 
 The tune entry point (KVTUNE_WORKER_TUNE, `module:function`) has `tuner.search.tune`'s signature;
 one that declares `shared_studies = True` (the real tuner does) gets Optuna's tables created before
@@ -37,16 +43,16 @@ import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from catalog.core import Bucket, Config
 from catalog.results import TrialRecord, TuneResult
-from db import configs as db_configs
 from db import leases, migrate, queue, workers
-from db.errors import DomainError, LeaseLost
+from db.errors import DatabaseUnavailable, DomainError, LeaseLost
 from db.leases import Lease
 from db.session import Database
-from tuner import search
+from kvtune.publish import publish, winner_warmup_keys  # noqa: F401  (winner_warmup_keys: re-exported)
+from tuner import search, study_storage
 from tuner.search import TuneFn
 
 log = logging.getLogger("kvtune.worker")
@@ -92,6 +98,15 @@ class _Progress:
             "failed_by_status": dict(self.failed), "bucket": self.bucket,
             "elapsed_s": round(time.monotonic() - self.started, 3),
         }
+
+
+class _Outcome(NamedTuple):
+    """How a tune ended: its result, or the error (`transient`: the database's, not the job's)."""
+
+    result: TuneResult | None
+    error: str | None
+    progress: _Progress
+    transient: bool = False
 
 
 class Worker:
@@ -198,7 +213,10 @@ class Worker:
             except Exception as e:  # noqa: BLE001 - one job's trouble never ends the worker
                 log.exception("%s: job %d: %s", owner, lease.job_id, e)
                 try:
-                    queue.fail(self.db, lease, f"worker error: {type(e).__name__}: {e}")
+                    if isinstance(e, DatabaseUnavailable) or study_storage.is_transient(e):
+                        self._give_back(lease, f"database connection lost: {type(e).__name__}: {e}")
+                    else:
+                        queue.fail(self.db, lease, f"worker error: {type(e).__name__}: {e}")
                 except DomainError:
                     pass  # the database is unreachable: the lease expires and the job is re-queued
             with self._count:
@@ -233,6 +251,17 @@ class Worker:
             hb.join()
 
     # -- one job -----------------------------------------------------------------------------------
+    def _study_kwargs(self, lease: Lease) -> dict[str, Any]:
+        """What a tuner that keeps shared studies gets besides `tune`'s arguments: the job's studies
+        (`study_job`), this process's pooled storage with Optuna's trial heartbeat timed from the
+        lease (`tuner.study_storage`), and the tags of every trial it asks for (attempt and owner:
+        who measured it, so an attempt's leftovers can be told apart from the next one's)."""
+        interval, grace = study_storage.heartbeat_for_lease(self.lease_s, self.heartbeat_s)
+        return {"study_job": lease.job_id,
+                "storage": study_storage.open_storage(self.db.optuna_storage_url(), heartbeat_interval=interval,
+                                                      grace_period=grace),
+                "trial_tags": {"job": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}}
+
     def run_job(self, lease: Lease) -> None:
         from tuner.kernels import get_family
 
@@ -249,36 +278,54 @@ class Worker:
                 load_error = f"cannot load kernel family {lease.key.kernel!r}: {e}"
             if family is not None:
                 if lease.distributed:
-                    outcome = self._tune_shared(lease, buckets, default_cfg, lost)
-                    result, error, _ = outcome
-                    if not (lost.is_set() or self.stop.is_set()) and error is None and result is not None:
+                    out = self._tune_shared(lease, buckets, default_cfg, lost)
+                    if not (lost.is_set() or self.stop.is_set()) and out.error is None and out.result is not None:
                         # Still under the heartbeat: a participant that finished first may wait for
                         # the others and take over the publishing.
-                        self._finish_shared(lease, family, result, buckets, lost)
+                        self._finish_shared(lease, family, out.result, buckets, lost)
                         return
                 else:
-                    outcome = self._tune_alone(lease, buckets, default_cfg, lost)
+                    out = self._tune_alone(lease, buckets, default_cfg, lost)
             stopped = self.stop.is_set()
         if family is None:
             queue.fail(self.db, lease, load_error)
             return
-        result, error, progress = outcome
-
         if lost.is_set():
             log.warning("%s: job %d attempt %d abandoned; nothing more is written", lease.owner, lease.job_id, lease.attempt)
-            return
-        if stopped:
-            released = queue.release(self.db, lease, "worker shutting down")
-            log.info("%s: job %d %s", lease.owner, lease.job_id, "back in the queue" if released else "lease already gone")
-            return
-        if error is not None or result is None:
-            log.error("%s: job %d failed: %s", lease.owner, lease.job_id, error)
-            queue.fail(self.db, lease, error or "tuner returned nothing")
-            return
-        self._publish(lease, family, result, progress)
+        elif stopped or out.transient:
+            self._give_back(lease, "worker shutting down" if stopped else f"database connection lost: {out.error}")
+        elif out.error is not None or out.result is None:
+            log.error("%s: job %d failed: %s", lease.owner, lease.job_id, out.error)
+            queue.fail(self.db, lease, out.error or "tuner returned nothing")
+        else:
+            result = out.result
+            if search.shared_studies(self.tune):  # publish what the fence let through, nothing else
+                result = self._confirmed(lease, buckets, result, all_attempts=True, verified_default=False)
+            publish(self.db, lease, family, result, out.progress.as_json())
 
-    def _tune_alone(self, lease: Lease, buckets: list[Bucket], default_cfg: Config,
-                    lost: threading.Event) -> tuple[TuneResult | None, str | None, _Progress]:
+    def _give_back(self, lease: Lease, reason: str) -> None:
+        """Stopping (SIGTERM) or a database that dropped the tune's connection: not the job's fault,
+        so it goes back to the queue (not counted as a failed attempt), or for a participant of a
+        distributed job, to the others (db.queue.leave). The log says which."""
+        if lease.distributed:
+            what = queue.leave(self.db, lease, reason)
+            log.info("%s: job %d: left (%s): %s", lease.owner, lease.job_id, reason.splitlines()[0],
+                     what or "lease already gone")
+            return
+        released = queue.release(self.db, lease, reason)
+        log.info("%s: job %d (%s): %s", lease.owner, lease.job_id, reason.splitlines()[0],
+                 "back in the queue" if released else "lease already gone")
+
+    def _outcome(self, progress: _Progress, run: Callable[[], TuneResult]) -> _Outcome:
+        try:
+            return _Outcome(run(), None, progress)
+        except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
+            # A lost or refused connection (Optuna's StorageInternalError wraps the driver's) is the
+            # database's trouble, not the job's: the job is given back, not failed.
+            transient = isinstance(e, DatabaseUnavailable) or study_storage.is_transient(e)
+            return _Outcome(None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress, transient)
+
+    def _tune_alone(self, lease: Lease, buckets: list[Bucket], default_cfg: Config, lost: threading.Event) -> _Outcome:
         progress = _Progress(total=lease.trials * len(buckets), default=default_cfg)
 
         def on_trial(rec: TrialRecord) -> None:
@@ -293,25 +340,19 @@ class Worker:
             except DomainError as e:
                 log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
 
-        try:
-            result = self.tune(
-                lease.key, buckets=list(lease.buckets) if lease.buckets else None, trials=lease.trials,
-                search=lease.search, target=self.arch, time_budget_s=lease.time_budget_s,
-                storage=self.db.optuna_storage_url(), seed=lease.seed, on_trial=on_trial,
-                should_stop=lambda: lost.is_set() or self.stop.is_set(),
-                # One study per job: two jobs of a key never share trials or a default.
-                **({"study_job": lease.job_id} if search.shared_studies(self.tune) else {}),
-            )
-            return result, None, progress
-        except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
-            return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
+        kwargs: dict[str, Any] = {"storage": self.db.optuna_storage_url()}
+        if search.shared_studies(self.tune):
+            kwargs = self._study_kwargs(lease)  # one study per job: two jobs of a key never share trials
+        return self._outcome(progress, lambda: self.tune(
+            lease.key, buckets=list(lease.buckets) if lease.buckets else None, trials=lease.trials,
+            search=lease.search, target=self.arch, time_budget_s=lease.time_budget_s, seed=lease.seed,
+            on_trial=on_trial, should_stop=lambda: lost.is_set() or self.stop.is_set(), **kwargs))
 
-    def _tune_shared(self, lease: Lease, buckets: list[Bucket], default_cfg: Config,
-                     lost: threading.Event) -> tuple[TuneResult | None, str | None, _Progress]:
+    def _tune_shared(self, lease: Lease, buckets: list[Bucket], default_cfg: Config, lost: threading.Event) -> _Outcome:
         """A participant's share of a distributed job (`tuner.search.tune_shared`), each measurement
         reserved first (db.queue.reserve) so that all participants together measure `trials` per
-        bucket. Returns this participant's view; the winners are read from the studies by whoever
-        finishes last."""
+        bucket. Returns this participant's view; the winners are read from the fenced trial rows by
+        whoever finishes last."""
         progress = _Progress(total=lease.trials * len(buckets), default=default_cfg)
         total = lease.trials * len(buckets)
 
@@ -338,16 +379,13 @@ class Worker:
             except DomainError as e:
                 log.warning("%s: could not record trial %d: %s", lease.owner, rec.number, e)
 
-        try:
-            result = search.tune_shared(
-                self.tune, lease.key, buckets, trials=lease.trials, search=lease.search, target=self.arch,
-                time_budget_s=lease.time_budget_s, storage=self.db.optuna_storage_url(), seed=lease.seed,
-                slot=lease.slot, on_trial=on_trial, stopped=lambda: lost.is_set() or self.stop.is_set(),
-                may_measure=may_measure, study_job=lease.job_id,
-            )
-            return result, None, progress
-        except Exception as e:  # noqa: BLE001 - a tuner crash fails this job, never the worker
-            return None, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}", progress
+        kwargs: dict[str, Any] = {"storage": self.db.optuna_storage_url(), "study_job": lease.job_id}
+        if search.shared_studies(self.tune):
+            kwargs = self._study_kwargs(lease)
+        return self._outcome(progress, lambda: search.tune_shared(
+            self.tune, lease.key, buckets, trials=lease.trials, search=lease.search, target=self.arch,
+            time_budget_s=lease.time_budget_s, seed=lease.seed, slot=lease.slot, on_trial=on_trial,
+            stopped=lambda: lost.is_set() or self.stop.is_set(), may_measure=may_measure, **kwargs))
 
     def _finish_shared(self, lease: Lease, family: Any, mine: TuneResult, buckets: list[Bucket],
                        lost: threading.Event) -> None:
@@ -357,12 +395,13 @@ class Worker:
                 log.info("%s: job %d: share done; waiting for the other participants", lease.owner, lease.job_id)
             while not last:
                 # Normally the others are at most one trial behind (the budget is reserved); if one
-                # died, its lease runs out and this participant publishes instead.
+                # died, its lease runs out, and if one left, at once: this participant publishes.
                 if lost.is_set() or self.stop.wait(min(self.poll_s, self.heartbeat_s)):
                     return  # stopping: its lease runs out; a `done` participant is never waited for
                 state = queue.take_over(self.db, lease)
-                if state == "over":
-                    log.info("%s: job %d: another participant published", lease.owner, lease.job_id)
+                if state in ("published", "ended"):
+                    log.info("%s: job %d: %s", lease.owner, lease.job_id, "another participant published it"
+                             if state == "published" else "the attempt ended without this participant publishing")
                     return
                 last = state == "last"
         except LeaseLost:
@@ -371,69 +410,25 @@ class Worker:
         except DomainError as e:  # the database is unreachable: its lease runs out, others carry on
             log.warning("%s: job %d: cannot finish its share: %s", lease.owner, lease.job_id, e)
             return
-        log.info("%s: job %d: last participant; publishing the winners of the shared studies", lease.owner, lease.job_id)
-        result = search.collect_shared(lease.key, buckets, mine, queue.attempt_trials(self.db, lease),
-                                       storage=self.db.optuna_storage_url(), seed=lease.seed, study_job=lease.job_id)
-        self._publish(lease, family, result, None)
+        log.info("%s: job %d: last participant; publishing the winners of the fenced trial rows", lease.owner,
+                 lease.job_id)
+        # A stand-in tuner keeps no study, and numbers its trials per participant: this attempt's rows.
+        shared = search.shared_studies(self.tune)
+        publish(self.db, lease, family, self._confirmed(lease, buckets, mine, all_attempts=shared,
+                                                        verified_default=True), None)
 
-    def _publish(self, lease: Lease, family: Any, result: TuneResult, progress: _Progress | None) -> None:
-        winners = [br for br in result.buckets if br.best is not None]
-        if not winners:
-            failed = {k: v for br in result.buckets for k, v in br.failed_by_status().items()}
-            queue.fail(self.db, lease, f"no verified config in any bucket (failed trials by status: {failed})")
-            return
-
-        hashes: dict[str, str] = {}
-        sources: dict[str, tuple[str, str, str]] = {}
-        try:
-            for br in winners:
-                assert br.best is not None
-                rs = family.modules(lease.key, br.best.config)  # the config's own module first
-                hashes[br.bucket.name()] = rs[0].source_hash
-                for r in rs:
-                    sources[r.source_hash] = (r.source_hash, r.template, r.source)
-        except Exception as e:  # noqa: BLE001
-            queue.fail(self.db, lease, f"cannot render the winning config: {type(e).__name__}: {e}")
-            return
-        warmup_keys = winner_warmup_keys(family, lease.key, winners, result.target)
-
-        def publish(s: Any) -> dict[str, Any]:
-            db_configs.store_sources(s, sources.values())
-            return db_configs.publish(s, job_id=lease.job_id, key=lease.key, result=result, source_hashes=hashes,
-                                      warmup_keys=warmup_keys)
-
-        try:
-            if lease.distributed:
-                queue.complete_shared(self.db, lease, publish)
-            else:
-                assert progress is not None
-                queue.complete(self.db, lease, publish, progress=progress.as_json())
-            log.info("%s: job %d succeeded: %d bucket(s) published", lease.owner, lease.job_id, len(winners))
-        except LeaseLost:
-            log.warning("%s: job %d: lease lost before publishing; nothing published", lease.owner, lease.job_id)
-
-
-def winner_warmup_keys(family: Any, key: Any, winners: list[Any], target: str) -> dict[str, list[dict[str, Any]]]:
-    """Each winner's warmup keys (tuner.warmup), recorded on this worker's own GPU: launchers size
-    some launch arguments from the device (decode's automatic split count follows its SM count), so
-    keys belong to the device model the config was tuned on. The interpreter compiles nothing, so it
-    gets none. A bucket whose keys cannot be enumerated is published without them (the bundle lists
-    it under `warmup.missing`): failures are data, they never cost the tuned config."""
-    if target == "interp":
-        return {}
-    import torch
-
-    from tuner.warmup import keys_for
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    out: dict[str, list[dict[str, Any]]] = {}
-    for br in winners:
-        try:
-            keys = keys_for(family.name, key, br.best.config, br.bucket, target, device=device)
-            out[br.bucket.name()] = [k.to_json() for k in keys]
-        except Exception as e:  # noqa: BLE001
-            log.warning("warmup keys for %s %s: %s: %s", key.slug(), br.bucket.name(), type(e).__name__, e)
-    return out
+    def _confirmed(self, lease: Lease, buckets: list[Bucket], mine: TuneResult, *, all_attempts: bool,
+                   verified_default: bool) -> TuneResult:
+        """The job's result from its fenced trial rows (`tuner.search.collect_confirmed`), after
+        failing what its studies still hold RUNNING from dead processes and older attempts."""
+        shared = search.shared_studies(self.tune)
+        if shared:
+            kw = self._study_kwargs(lease)
+            search.close_studies(lease.key, buckets, storage=kw["storage"], study_job=lease.job_id,
+                                 attempt=lease.attempt)
+        rows = queue.fenced_trials(self.db, lease, all_attempts=all_attempts)
+        return search.collect_confirmed(lease.key, buckets, mine, rows, seed=lease.seed, with_mine=not shared,
+                                        verified_default=verified_default)
 
 
 def main(*, gpu: int | None = None, arch: str | None = None, once: bool = False, max_idle_s: float | None = None,

@@ -16,16 +16,20 @@ through a runner (`tuner.bench.runner.BenchRunner` on a device, `SimulatedRunner
 - Budgets: `trials` measured candidates per bucket, and an optional wall-time budget for the whole
   call, shared out over the buckets still to do (`bucket_share_s`). The default config always runs.
 - Distributed jobs (several workers on one job's studies): `tune_shared` runs one participant's
-  share bucket by bucket, `collect_shared` reads the winners once every participant is done, and
-  `prepare_storage` creates Optuna's tables first (its docstring states the storage contract).
+  share bucket by bucket, and `prepare_storage` creates Optuna's tables first (its docstring states
+  the storage contract; `tuner.study_storage` builds the storage: pooled, retried, heartbeats).
+- Service jobs: every trial is tagged with its job, attempt and owner (`trial_tags`, user attr
+  `RUN_ATTR`), and what a job publishes is read from the fenced trial rows (`collect_confirmed`),
+  never from the study, which a worker fenced out of its lease may still write to.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import optuna
 from optuna.trial import TrialState
@@ -37,14 +41,18 @@ from catalog.searches import SEARCHES  # the names, torch-free (the API validate
 from catalog.space import Space
 from tuner.kernels import get_family
 from tuner.kernels.base import KernelFamily
+from tuner.study_storage import TrialHeartbeat, fail_running, fail_stale, is_transient, open_storage, tell_trial
 
 if TYPE_CHECKING:
     from tuner.bench.protocol import Runner
     from tuner.bench.runner import BenchRunner
 
+log = logging.getLogger(__name__)
 TuneFn = Callable[..., TuneResult]  # `tune`'s signature: this module's, or a stand-in's (tests)
 RECORD_ATTR = "kvtune_record"
 PRUNED_ATTR = "kvtune_pruned"
+RUN_ATTR = "kvtune_run"  # {"job", "attempt", "owner"}: who asked for the trial (a service job's)
+FencedTrial = tuple[int, str, TrialRecord]  # (attempt, owner, record): a trial row written under the lease fence
 _EXHAUST_LIMIT = 200_000  # spaces up to this many raw combinations are counted, to stop when all are measured
 
 
@@ -139,15 +147,30 @@ class _Current:
         return not (rec.ok and rec.timing and self.timing and rec.timing != self.timing)
 
 
+def _storage(storage: Any) -> Any:
+    """A URL becomes the process's pooled, retrying storage with heartbeats (`study_storage`)."""
+    return open_storage(storage) if isinstance(storage, str) else storage
+
+
+def _older_attempt(tags: Mapping[str, Any] | None) -> Callable[[optuna.trial.FrozenTrial], bool]:
+    attempt = (tags or {}).get("attempt")
+    return lambda t: attempt is not None and int((t.user_attrs.get(RUN_ATTR) or {}).get("attempt", attempt)) < attempt
+
+
 def _open_study(runner: Runner, fam: KernelFamily, key: ProblemKey, bucket: Bucket, space: Space, default: Config,
-                *, search: str, seed: int, trials: int, storage: str | None,
-                study_job: int | None = None) -> tuple[optuna.Study, dict[str, TrialRecord], _Current]:
+                *, search: str, seed: int, trials: int, storage: Any, study_job: int | None = None,
+                tags: Mapping[str, Any] | None = None) -> tuple[optuna.Study, dict[str, TrialRecord], _Current]:
     """The (key, bucket) study, created or loaded, with what it already holds measured (current
     records only, by config) and, unless the search walks a grid, the default and then the family's
-    seed configs enqueued where they are neither measured nor waiting already."""
+    seed configs enqueued where they are neither measured nor waiting already. Trials left RUNNING
+    by a dead process (stale heartbeat) or by an older attempt of the job (`tags`) are FAILed."""
     target = runner.target
     study = optuna.create_study(study_name=study_name(key, bucket, study_job), storage=storage, direction="minimize",
                                 sampler=make_sampler(search, seed, trials), load_if_exists=True)
+    if storage is not None:
+        fail_stale(study)
+        if tags and "attempt" in tags:
+            fail_running(study, _older_attempt(tags))
     # Several workers may share the study: what is already measured is reused, never re-measured
     # (unless it is stale: another template source or another clock).
     current = _Current(fam, key, runner.info().get("timing", ""))
@@ -174,9 +197,10 @@ def _measure(runner: Runner, study: optuna.Study, trial: optuna.Trial, family: s
     from tuner.bench.protocol import Candidate
 
     try:
-        m = runner.evaluate(Candidate(family, key, bucket, config, seed=seed * 1_000_003 + trial.number))
+        with TrialHeartbeat(study, trial):  # a process that dies here leaves a trial found stale
+            m = runner.evaluate(Candidate(family, key, bucket, config, seed=seed * 1_000_003 + trial.number))
     except BaseException:
-        study.tell(trial, state=TrialState.FAIL)  # never leave a RUNNING trial in a shared study
+        tell_trial(study, trial, state=TrialState.FAIL)  # never leave a RUNNING trial in a shared study
         raise
     ok = m.status is TrialStatus.OK and m.time_us is not None
     # An "ok" without a time would be a runner bug; it must not become a winner either way.
@@ -184,22 +208,23 @@ def _measure(runner: Runner, study: optuna.Study, trial: optuna.Trial, family: s
     rec = TrialRecord(number=trial.number, bucket=bucket, config=config, status=status,
                       time_us=m.time_us if ok else None, error=m.error, source_hash=m.source_hash,
                       compile_stats=m.compile_stats, timing=m.timing)
-    trial.set_user_attr(RECORD_ATTR, rec.to_json())
+    attrs = {RECORD_ATTR: rec.to_json()}
     if rec.ok:
-        study.tell(trial, rec.time_us)
+        tell_trial(study, trial, rec.time_us, attrs=attrs)
     else:
-        study.tell(trial, state=TrialState.PRUNED)
+        tell_trial(study, trial, state=TrialState.PRUNED, attrs=attrs)
     return rec
 
 
 def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *, trials: int = 32,
-                search: str = "tpe", seed: int = 0, storage: str | None = None, deadline: float | None = None,
+                search: str = "tpe", seed: int = 0, storage: Any = None, deadline: float | None = None,
                 on_trial: Callable[[TrialRecord], None] | None = None,
                 should_stop: Callable[[], bool] | None = None, space: Space | None = None,
-                study_job: int | None = None) -> BucketResult | None:
+                study_job: int | None = None, trial_tags: Mapping[str, Any] | None = None) -> BucketResult | None:
     """One study: measure up to `trials` candidates for `bucket`. None when nothing was measured
     (stopped before the default ran). `space` replaces the family's (e.g. a recorded table's
-    sub-grid); its default is then trial 0. `study_job` names the service job whose study it is."""
+    sub-grid); its default is then trial 0. `study_job` names the service job whose study it is;
+    `trial_tags` (job, attempt, owner) are set on every trial it asks for (`RUN_ATTR`)."""
     fam = get_family(family)
     target = runner.target
     if space is None:
@@ -207,8 +232,9 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
     else:
         default = space.default()
     names = space.names()
+    storage = _storage(storage)
     study, seen, current = _open_study(runner, fam, key, bucket, space, default, search=search, seed=seed,
-                                       trials=trials, storage=storage, study_job=study_job)
+                                       trials=trials, storage=storage, study_job=study_job, tags=trial_tags)
     grid = _grid_order(space, default) if search == "grid" else None
     runnable = _count_runnable(space, fam, target)
     budget = _Budget(trials, deadline, should_stop)
@@ -230,22 +256,21 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
             study.enqueue_trial(nxt.as_dict())
         trial = study.ask()
         samples += 1
+        if trial_tags:
+            trial.set_user_attr(RUN_ATTR, dict(trial_tags))
         config = Config.from_dict({p.name: trial.suggest_categorical(p.name, list(p.choices)) for p in space.params})
         assert set(config.as_dict()) == set(names)
         config = fam.canonical_config(key, config)  # Optuna keeps the sample; the config is what runs
         why = None if config == default else _why_pruned(space, fam, target, config)  # the default always runs
         if why:
-            trial.set_user_attr(PRUNED_ATTR, why)
-            study.tell(trial, state=TrialState.PRUNED)
+            tell_trial(study, trial, state=TrialState.PRUNED, attrs={PRUNED_ATTR: why})
             pruned += 1
             continue
         prev = seen.get(config.to_json())
         if prev is not None:
-            trial.set_user_attr("kvtune_duplicate_of", prev.number)
-            if prev.ok:
-                study.tell(trial, prev.time_us)
-            else:
-                study.tell(trial, state=TrialState.PRUNED)
+            dup = {"kvtune_duplicate_of": prev.number}
+            tell_trial(study, trial, prev.time_us if prev.ok else None,
+                       state=None if prev.ok else TrialState.PRUNED, attrs=dup)
             continue
         rec = _measure(runner, study, trial, family, key, bucket, config, seed)
         seen[config.to_json()] = rec
@@ -253,6 +278,8 @@ def tune_bucket(runner: Runner, family: str, key: ProblemKey, bucket: Bucket, *,
         if on_trial is not None:
             on_trial(rec)
 
+    if storage is not None:
+        fail_stale(study)
     return bucket_result(bucket, _records(study, current), default, pruned)
 
 
@@ -282,10 +309,10 @@ def bucket_share_s(end: float | None, buckets_left: int) -> float | None:
 
 
 def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 32, search: str = "tpe",
-         target: str = "auto", time_budget_s: float | None = None, storage: str | None = None, seed: int = 0,
+         target: str = "auto", time_budget_s: float | None = None, storage: Any = None, seed: int = 0,
          on_trial: Callable[[TrialRecord], None] | None = None, should_stop: Callable[[], bool] | None = None,
-         runner: "BenchRunner | Runner | None" = None, family: str | None = None,
-         space: Space | None = None, study_job: int | None = None) -> TuneResult:
+         runner: "BenchRunner | Runner | None" = None, family: str | None = None, space: Space | None = None,
+         study_job: int | None = None, trial_tags: Mapping[str, Any] | None = None) -> TuneResult:
     """Tune `key` bucket by bucket and return per-bucket default vs best (verified) results.
 
     `family` defaults to `key.kernel` (a registered name or a dotted path); `buckets` default to the
@@ -293,7 +320,8 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
     passed in is left open). `on_trial` is called after every measured trial, failures included;
     `should_stop` is polled between trials for a clean early exit. A key whose arch is "auto" takes
     the runner's target. `space` replaces the family's search space (see `tune_bucket`).
-    `study_job`: the service job the studies belong to (`study_name`).
+    `storage`: None (in memory), a URL or an Optuna storage (`study_storage.open_storage`).
+    `study_job`: the service job the studies belong to (`study_name`); `trial_tags`: see `tune_bucket`.
     """
     from tuner.bench.runner import BenchRunner
 
@@ -323,7 +351,7 @@ def tune(key: ProblemKey, *, buckets: list[Bucket] | None = None, trials: int = 
             deadline = None if share is None else time.monotonic() + share
             r = tune_bucket(run, fam_name, key, b, trials=trials, search=search, seed=seed, storage=storage,
                             deadline=deadline, on_trial=on_trial, should_stop=should_stop, space=space,
-                            study_job=study_job)
+                            study_job=study_job, trial_tags=trial_tags)
             if r is not None:
                 results.append(r)
         info = run.info()
@@ -356,8 +384,8 @@ def prepare_storage(url: str) -> None:
     studydirection`: duplicate key), so a worker calls this before its first job and retries.
 
     The storage contract this module relies on (Optuna's `RDBStorage`, `optuna.storages.BaseStorage`):
-    - Each `create_study`/`load_study` call with a URL builds its own `RDBStorage` (its own engine):
-      studies are shared through the database, never through a Python object.
+    - Studies are shared through the database, never through a Python object: each process has its
+      own storage per URL (`study_storage.open_storage`: one engine, pre-pinged, retried calls).
     - A study is one row by name (`study_name`: `job<id>/<key.slug()>/<bucket.name()>`); `create_study(...,
       load_if_exists=True)` from several processes yields the same study.
     - Trial numbers are assigned by the storage, unique within a study, so participants never
@@ -366,30 +394,34 @@ def prepare_storage(url: str) -> None:
       made in one transaction (a row lock on PostgreSQL, the write lock on SQLite) and refused to
       everyone else, so a config enqueued once runs once.
     - A RUNNING trial is written only by the process that asked for it; it must always be told
-      (`tune_bucket` tells FAIL on any exception), or it stays RUNNING in the shared study forever.
+      (`tune_bucket` tells FAIL on any exception). One whose process died is failed by Optuna's
+      heartbeat (`study_storage`) or, being an older attempt's, when the next attempt opens it.
     - What is told, with its user attrs (`RECORD_ATTR`: the trial's `TrialRecord` as JSON;
-      `PRUNED_ATTR`), is visible to every later read from any process (`_records`, `collect_shared`).
+      `PRUNED_ATTR`; `RUN_ATTR`), is visible to every later read from any process (`_records`).
     """
-    storage = optuna.storages.RDBStorage(url)
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     storage.engine.dispose()
 
 
 def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, trials: int, search: str, target: str,
-                time_budget_s: float | None, storage: str, seed: int, slot: int,
+                time_budget_s: float | None, storage: Any, seed: int, slot: int,
                 on_trial: Callable[[TrialRecord], None], stopped: Callable[[], bool],
-                may_measure: Callable[[Bucket], bool], study_job: int | None = None) -> TuneResult:
+                may_measure: Callable[[Bucket], bool], study_job: int | None = None,
+                trial_tags: Mapping[str, Any] | None = None) -> TuneResult:
     """One participant's share of a distributed job: `tune_fn` on the job's shared studies in
     `storage`, one bucket at a time, each bucket an equal share of the time left (`bucket_share_s`).
     Before each measurement it asks `may_measure(bucket)` (the job's reservation: all participants
     together measure `trials` per bucket) and it stops a bucket when that says no or `stopped()`
     says yes. The sampler seed is `seed + slot`: participants must not propose the same sequence.
     Returns this participant's view (its results per bucket merged, `seed` as the job's); the
-    winners are read from the studies by whoever finishes last (`collect_shared`)."""
+    winners are read from the fenced trial rows by whoever finishes last (`collect_confirmed`)."""
     from tuner.bench.runner import BenchRunner
 
     # One benchmark child for all the buckets (the real tuner starts one per call otherwise).
     runner = BenchRunner(target) if shared_studies(tune_fn) else None
-    kwargs: dict[str, Any] = {"runner": runner, "study_job": study_job} if runner is not None else {}
+    kwargs: dict[str, Any] = {}
+    if runner is not None:
+        kwargs = {"runner": runner, "study_job": study_job, "trial_tags": trial_tags}
     end = None if time_budget_s is None else time.monotonic() + time_budget_s
     parts: list[BucketResult] = []
     last: TuneResult | None = None
@@ -415,36 +447,48 @@ def tune_shared(tune_fn: TuneFn, key: ProblemKey, buckets: list[Bucket], *, tria
                       search=last.search, seed=seed, timing=last.timing)
 
 
-def _study_records(key: ProblemKey, bucket: Bucket, storage: str, study_job: int | None) -> list[TrialRecord]:
-    """Every recorded trial of the (key, bucket) study in `storage`; none when there is no such
-    study (a tuner stand-in keeps none)."""
-    try:
-        return _records(optuna.load_study(study_name=study_name(key, bucket, study_job), storage=storage))
-    except KeyError:
-        return []
+def close_studies(key: ProblemKey, buckets: Iterable[Bucket], *, storage: Any, study_job: int, attempt: int) -> None:
+    """Before a job publishes: FAIL what its studies still hold RUNNING from a dead process (stale
+    heartbeat) or from an older attempt, so that no trial of a finished job stays RUNNING."""
+    storage = _storage(storage)
+    for bucket in buckets:
+        try:
+            study = optuna.load_study(study_name=study_name(key, bucket, study_job), storage=storage)
+            fail_stale(study)
+            fail_running(study, _older_attempt({"attempt": attempt}))
+        except KeyError:
+            continue  # a stand-in tuner keeps no study
+        except Exception as e:  # noqa: BLE001 - the database's trouble must not cost the publish
+            if not is_transient(e):
+                raise
+            log.warning("could not close the study of %s: %s", bucket.name(), e)
 
 
-def collect_shared(key: ProblemKey, buckets: list[Bucket], mine: TuneResult, recorded: Iterable[TrialRecord], *,
-                   storage: str, seed: int, family: str | None = None, study_job: int | None = None) -> TuneResult:
-    """A distributed job's result as its studies hold it once every participant is done: per
-    bucket, the trials of `mine` (this participant's `tune_shared` result), then every trial in
-    `recorded` (the attempt's fenced rows: a stand-in keeps no study), then every trial of the
-    shared study (what this and earlier attempts measured), later ones replacing earlier ones of the
-    same number. A trial measured with another template source or on another clock than `mine`'s is
-    stale and left out, as `tune_bucket` does; winners as `bucket_result` selects them, with a
-    verified default preferred."""
+def collect_confirmed(key: ProblemKey, buckets: list[Bucket], mine: TuneResult, fenced: Iterable[FencedTrial], *,
+                      seed: int, family: str | None = None, with_mine: bool = False,
+                      verified_default: bool = True) -> TuneResult:
+    """The result a job publishes: per bucket, the trials of its fenced rows (`fenced`: every row
+    of the job, all attempts: each was written under the lease of the attempt that measured it),
+    plus with `with_mine` those of `mine` (a stand-in tuner's own view: it keeps no study), later
+    ones replacing earlier ones of the same number. Nothing is read from the studies: a worker
+    fenced out of its lease may still have told a trial there (its `RUN_ATTR` says whose), and only
+    what the fence let through is published. A trial measured with another template source or on
+    another clock than `mine`'s is stale and left out, as `tune_bucket` does; winners as
+    `bucket_result` selects them (`verified_default`: a distributed job's studies may hold the
+    default twice)."""
     fam = get_family(family or key.kernel)
     default = fam.default_config(key)
     current = _Current(fam, key, mine.timing)
-    rows = list(recorded)
+    rows = [rec for _attempt, _owner, rec in fenced]
     own = {br.bucket: br for br in mine.buckets}
     out: list[BucketResult] = []
     for bucket in buckets:
-        recs: dict[int, TrialRecord] = {r.number: r for r in (own[bucket].trials if bucket in own else ())}
+        recs: dict[int, TrialRecord] = {}
+        if with_mine and bucket in own:
+            recs.update((r.number, r) for r in own[bucket].trials)
         recs.update((r.number, r) for r in rows if r.bucket == bucket)
-        recs.update((r.number, r) for r in _study_records(key, bucket, storage, study_job))
         br = bucket_result(bucket, (r for r in recs.values() if current(r)), default,
-                           own[bucket].pruned if bucket in own else 0, verified_default=True)
+                           own[bucket].pruned if bucket in own else 0, verified_default=verified_default)
         if br is not None:
             out.append(br)
     return TuneResult(key=key, target=mine.target, buckets=tuple(out), device_name=mine.device_name,

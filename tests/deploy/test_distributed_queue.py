@@ -197,7 +197,7 @@ def test_a_done_participant_takes_over_when_the_other_dies(db: Database) -> None
         queue.finish(db, b)
     queue.complete_shared(db, a, publish_fn(a))
     assert jobs.get(db, job_id).status == "succeeded"
-    assert queue.take_over(db, a) == "over"
+    assert queue.take_over(db, a) == "published"
     assert count(db, KernelConfig, KernelConfig.job_id == job_id) == 1
 
 
@@ -210,5 +210,5 @@ def test_two_waiting_participants_publish_once(db: Database) -> None:
     lapse(db, job_id, "c")  # c dies
     assert [queue.take_over(db, a), queue.take_over(db, b)] == ["last", "wait"]  # a is publishing: live
     queue.complete_shared(db, a, publish_fn(a))
-    assert queue.take_over(db, b) == "over"
+    assert queue.take_over(db, b) == "published"
     assert parts(db, job_id) == {"a": "published", "b": "done", "c": "lost"}
