@@ -191,7 +191,8 @@ def _engine(service: _Service, arch: str, small: bool, bundle: dict[str, Any]) -
     speedups = {e["name"]: e.get("speedup") for e in bundle["kernels"]["decode"]["buckets"]}
     for name, n in sorted(r.by_bucket.items()):
         sp = speedups.get(name)
-        print(f"  bucket {name}: {n} calls, {'tuned, %.2fx over the default' % sp if sp else 'the default config'}")
+        print(f"  bucket {name}: {n} call{'s' if n != 1 else ''}, "
+              f"{'tuned, %.2fx over the default' % sp if sp else 'the default config'}")
     return r.compiles_after_warmup == 0
 
 
@@ -206,6 +207,8 @@ def main_demo(trials: int | None = None, time_budget_s: float | None = None, kee
 
     target = detect()
     arch, small = target.name, not target.is_gpu
+    if small:  # this process runs kernels too (the engine part): under the interpreter, as the worker does
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     keep_serving = sys.stdout.isatty() if keep_serving is None else keep_serving
     with _Service(arch) as service:
         print(f"kvtune demo: API + worker on {arch} ({'Triton interpreter on the CPU' if small else 'GPU'}); "

@@ -46,6 +46,12 @@
     return v.toFixed(2);
   }
 
+  /* Axis labels: the same format with trailing zeros dropped (0, 0.5, 1, 2.5, 20,000). */
+  function tickFmt(v) {
+    var s = fmt(v);
+    return s.indexOf(".") >= 0 ? s.replace(/\.?0+$/, "") : s;
+  }
+
   function svgFor(container, label) {
     while (container.firstChild) container.removeChild(container.firstChild);
     return el("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": label, preserveAspectRatio: "xMidYMid meet" }, container);
@@ -62,7 +68,7 @@
     ticks(lo, hi, 5).forEach(function (t) {
       var py = y(t);
       el("line", { x1: M.left, x2: W - M.right, y1: py, y2: py }, grid);
-      el("text", { x: M.left - 6, y: py + 4, "text-anchor": "end" }, g, fmt(t));
+      el("text", { x: M.left - 6, y: py + 4, "text-anchor": "end" }, g, tickFmt(t));
     });
     el("line", { x1: M.left, x2: M.left, y1: M.top, y2: y(lo) }, g);
     var mid = (M.top + y(lo)) / 2;
@@ -125,8 +131,8 @@
     var xg = el("g", { class: "axis x" }, svg);
     el("line", { x1: M.left, x2: W - M.right, y1: plotBottom, y2: plotBottom }, xg);
     ticks(x0, x1, 8).forEach(function (t) {
-      if (t < x0 || t > x1) return;
-      el("text", { x: x(t), y: plotBottom + 14, "text-anchor": "middle" }, xg, fmt(t));
+      if (t < x0 || t > x1 || t !== Math.round(t)) return;  // x counts trials: whole numbers only
+      el("text", { x: x(t), y: plotBottom + 14, "text-anchor": "middle" }, xg, tickFmt(t));
     });
     if (spec.xLabel) el("text", { x: (M.left + W - M.right) / 2, y: plotBottom + 27, "text-anchor": "middle" }, xg, spec.xLabel);
     series.forEach(function (s, i) {
@@ -145,7 +151,7 @@
     return svg;
   }
 
-  /* The study-progress spec both pages draw: best time so far against trial number, per bucket. */
+  /* The study-progress spec both pages draw: best time so far against trials measured, per bucket. */
   function progressSpec(series) {
     return {
       title: "study progress", xLabel: "trials measured", yLabel: "best time so far (\u00b5s)", empty: "no verified trial yet",
