@@ -146,7 +146,7 @@ def _follow(client: Any, job: dict[str, Any], total: int) -> dict[str, Any]:
                                  for b, v in sorted((j.get("best") or {}).items()))
                 failed = p.get("trials_failed", 0)
                 bar.write(f"  {j['status']}: {done}/{p.get('trials_total', total)} trials measured"
-                          f"{f', {failed} failed' if failed else ''}  {best}")
+                          f"{f', {failed} failed' if failed else ''}{f'  {best}' if best else ''}")
             last[:] = [j["status"], done]
 
         return client.wait(job["id"], timeout_s=3600, poll_s=0.5, on_progress=show)
