@@ -14,16 +14,14 @@ from the database without importing the tuner's kernels.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catalog.families import family_names
 from catalog.keys import make_key
+from templates.render import source_hash, write_atomic
 
 EXPORT_VERSION = 1
 SOURCES_DIR = "sources"
@@ -45,22 +43,6 @@ def export_file_name(key: Mapping[str, Any], device_name: str) -> str:
     fmts = "+".join(key.get("formats") or ()) or "-"
     return (f"kernel={key['kernel']},heads={key['heads']},topk={key['topk']},window={key['window']},"
             f"formats={fmts},device_name={device_file_name(device_name)}.json")
-
-
-def _source_hash(text: str) -> str:
-    # templates.render.source_hash, restated so that this module needs no Jinja
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def needed_sources(kernel_entry: Mapping[str, Any]) -> list[str]:
@@ -87,12 +69,12 @@ def write_export(bundle: Mapping[str, Any], sources: Mapping[str, str], out_dir:
     missing = [h for h in need if h not in sources]
     if missing:
         raise ExportError(f"no source text for {missing} (fetch them with GET /v1/kernels/<hash>)")
-    wrong = [h for h in need if _source_hash(sources[h]) != h]
+    wrong = [h for h in need if source_hash(sources[h]) != h]
     if wrong:
         raise ExportError(f"source text does not hash to its name: {wrong}")
     (out / SOURCES_DIR).mkdir(parents=True, exist_ok=True)
     for h in need:
-        _write_atomic(out / SOURCES_DIR / f"{h}.py", sources[h])
+        write_atomic(out / SOURCES_DIR / f"{h}.py", sources[h])
     written = []
     for name, k in sorted(kernels.items()):
         doc = {
@@ -107,7 +89,7 @@ def write_export(bundle: Mapping[str, Any], sources: Mapping[str, str], out_dir:
             "sources": {h: f"{SOURCES_DIR}/{h}.py" for h in needed_sources(k)},
         }
         path = out / export_file_name(k["key"], device_name)
-        _write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written
 
@@ -173,7 +155,7 @@ def read_export(folder: str | Path, *, arch: str, heads: int, topk: int, window:
         doc = dict(docs)[path]
         for h, rel in doc["sources"].items():
             text = (root / rel).read_text()
-            if _source_hash(text) != h:
+            if source_hash(text) != h:
                 raise ExportError(f"{root / rel}: its text does not hash to {h}")
             sources[h] = text
         out[name] = {"key": doc["key"], "key_slug": doc["key_slug"], "tuned": doc["tuned"], "buckets": doc["buckets"],

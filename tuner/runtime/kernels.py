@@ -100,12 +100,8 @@ class TunedKernels:
                           "on_mismatch='warn'): " + "; ".join(self.mismatches), stacklevel=3)
         self.warmup_keys: list[WarmupKey] = self._warmup_keys(enumerate_missing) if warmup else []
         self.warm_report: WarmReport | None = None
-        if warmup and not self._interpreted():  # the interpreter compiles nothing: there is nothing to warm
+        if warmup and not interpreting():  # the interpreter compiles nothing: there is nothing to warm
             self.warm_report = warm(self.warmup_keys, self.sources)
-
-    def _interpreted(self) -> bool:
-        """Kernels run under Triton's interpreter: TRITON_INTERPRET set, or no GPU (arch interp)."""
-        return interpreting() or self.process.arch == "interp"
 
     # -- constructors ----------------------------------------------------------------------------
     @classmethod
@@ -190,7 +186,7 @@ class TunedKernels:
                           and stored.get("triton_version") == self.process.triton
                           and all(k.source_hash in self._local_hashes for k in keys))
                 if not usable:
-                    if not enumerate_missing or self._interpreted():
+                    if not enumerate_missing or interpreting():
                         continue
                     keys = keys_for(name, t.key, e.config, e.bucket, self.process.arch, device=device)
                 for k in keys:
