@@ -190,7 +190,7 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
     `dot`: fp8 needs an fp8 query (a bf16 query would be rounded to e4m3, beyond the tolerance);
     `backend` (the e2m1 decode) only matters to the f16 and bf16 paths of an e2m1 cache. A bf16
     query defaults to the f16 path: as fast as bf16 on tensor cores, exact for the query's normal
-    range, and (unlike bf16) right under Triton's interpreter.
+    range, and (unlike bf16) right under Triton's interpreter. An MXFP4 query: MXFP4Q_DOTS, fp8 first.
     """
     f = _check_fmt(fmt)
     _check_q_dtype(q_dtype)
