@@ -219,3 +219,33 @@ def read_slots(cache: torch.Tensor, slots: torch.Tensor, fmt: str | RecordFormat
     rec = torch.cat([flat[d], flat[s]], dim=1)
     rec[~keep] = 0
     return rec.reshape(*slots.shape, f.bytes_per_token)
+
+
+# ---------------------------------------------------------------------------------------------
+# MXFP4 queries: a dense mxfp4_68 record per (token, head) row, as two tensors
+# ---------------------------------------------------------------------------------------------
+
+QUERY_FORMAT = "mxfp4_68"
+
+
+def quantize_query(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x[..., 128] (bf16 or fp32) -> (values uint8[..., 64], scales uint8[..., 4]): each row's
+    mxfp4_68 record (`quantize`), its data row and its scale row as two dense tensors."""
+    f = get_format(QUERY_FORMAT)
+    if x.shape[-1] != f.dims:
+        raise ValueError(f"an mxfp4 query has rows of {f.dims} dims, got {tuple(x.shape)}")
+    lead = tuple(x.shape[:-1])
+    rec = quantize(x.reshape(-1, f.dims), f)
+    return (rec[:, : f.data_bytes].reshape(*lead, f.data_bytes).contiguous(),
+            rec[:, f.data_bytes :].reshape(*lead, f.scale_bytes).contiguous())
+
+
+def dequantize_query(values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """(values uint8[..., 64], scales uint8[..., 4]) -> float32[..., 128]: element times its tile scale."""
+    f = get_format(QUERY_FORMAT)
+    lead = tuple(values.shape[:-1])
+    if values.shape[-1] != f.data_bytes or tuple(scales.shape) != lead + (f.scale_bytes,):
+        raise ValueError(f"an mxfp4 query is values[..., {f.data_bytes}] and scales[..., {f.scale_bytes}], "
+                         f"got {tuple(values.shape)} and {tuple(scales.shape)}")
+    rec = torch.cat([values.reshape(-1, f.data_bytes), scales.reshape(-1, f.scale_bytes)], dim=1)
+    return dequantize(rec, f).reshape(*lead, f.dims)

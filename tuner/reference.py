@@ -7,7 +7,13 @@ import math
 
 import torch
 
-from tuner.formats import RecordFormat, dequantize, get_format, read_slots
+from tuner.formats import RecordFormat, dequantize, dequantize_query, get_format, read_slots
+
+
+def query_values(q: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """A logits query as values: a bf16/fp8 tensor as it is, an MXFP4 query (values, scales)
+    dequantized (float32[T, Hi, 128]: each element times its 32-dim tile's scale)."""
+    return dequantize_query(*q) if isinstance(q, tuple) else q
 
 
 def gather_dequant(cache: torch.Tensor, slots: torch.Tensor, fmt: str | RecordFormat, page_size: int) -> torch.Tensor:
@@ -53,7 +59,7 @@ def decode_reference(
 
 
 def logits_reference(
-    q: torch.Tensor,
+    q: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
     w: torch.Tensor,
     cache: torch.Tensor,
     fmt: str | RecordFormat,
@@ -67,7 +73,9 @@ def logits_reference(
 ) -> torch.Tensor:
     """MQA indexer logits: float64[T, max_len], `sum_h w[t,h] * relu(q[t,h] . K_j)` for
     `k_start[t] <= j < k_end[t]`, else -inf. K_j is the record at logical position j of sequence
-    `seq_of[t]`. Computed `chunk` query tokens at a time to bound memory."""
+    `seq_of[t]`. Computed `chunk` query tokens at a time to bound memory. `q` may be an MXFP4
+    query (values, scales): the reference is then computed from its dequantized values."""
+    q = query_values(q)
     t_all = q.shape[0]
     out = torch.full((t_all, max_len), -math.inf, dtype=torch.float64, device=q.device)
     j = torch.arange(max_len, device=q.device)

@@ -1,6 +1,11 @@
 """logits: the MQA indexer's catalog face. Its key is (cache record, query dtype) with 64 index
 heads of 128 dims; its space picks the dot path (a variant: fp8 or bf16 operands, e2m1 codes by
-integer ops or PTX lookups, chunk or key scales, sm_90's wgmma Gluon kernel) and the tile."""
+integer ops or PTX lookups, chunk or key scales, sm_90's wgmma Gluon kernel) and the tile.
+
+The query dtype "mxfp4" is an MXFP4 query (values uint8[T, Hi, 64] + ue8m0 scales uint8[T, Hi, 4],
+the mxfp4_68 record per row, as the pack family's query quantiser writes it). Its variants are
+named `mxfp4q.<dot path>` and its configs carry `query="mxfp4"` (a render parameter of its space
+only), so a config alone says which variant, and which legality, it has."""
 
 from __future__ import annotations
 
@@ -14,7 +19,10 @@ from catalog.space import Param, Space
 from templates import render as R
 
 # The query dtypes a logits key may name (their torch dtypes: tuner.kernels.logits.Q_DTYPES).
-Q_DTYPE_NAMES: tuple[str, ...] = ("bf16", "fp8")
+Q_DTYPE_NAMES: tuple[str, ...] = ("bf16", "fp8", "mxfp4")
+
+MXFP4_Q = "mxfp4"
+MXFP4Q_PREFIX = "mxfp4q."  # the variant names of the MXFP4-query renders
 
 TEMPLATE = "logits.py.j2"
 
@@ -46,6 +54,12 @@ E2M1_ONLY_DOTS: tuple[str, ...] = ("fp8lut", "fp8key", "fp8keylut", "wgmma")
 CHUNKED_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "f16")
 
 DECODING_DOTS: tuple[str, ...] = ("f16", "bf16")  # the paths that decode e2m1 to floats
+
+# The dot paths an MXFP4 query runs: `scaled` reads it as it is (tl.dot_scaled, e2m1 x e2m1 or
+# e4m3: the block-scaled MMA of sm_100 and gfx950); the others take it decoded once to e4m3 codes
+# (f16: converted on to fp16, exactly), their key path unchanged. No wgmma (its Gluon kernel reads an
+# fp8 query) and no bf16 (it gains nothing over f16 here and cannot run under the interpreter).
+MXFP4Q_DOTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "f16", "scaled")
 
 # The dot paths that fold the chunk scales into the codes (one scale per key). Only they read the
 # scale rows by descriptor too with LOADS=descriptor: it speeds them up, where the same slowed
@@ -93,25 +107,53 @@ _DOT_ILLEGAL: dict[tuple[str, str], str] = {
 }
 
 
-def variant_name(dot: str, backend: str = "soft") -> str:
-    """A variant is its dot path; the paths that decode e2m1 to floats also name the backend."""
+def variant_name(dot: str, backend: str = "soft", q_dtype: str | None = None) -> str:
+    """A variant is its dot path; the paths that decode e2m1 to floats also name the backend; the
+    MXFP4-query renders are prefixed `mxfp4q.`."""
     if dot not in DOTS:
         raise ValueError(f"unknown dot path {dot!r}; known: {list(DOTS)}")
-    return f"{dot}.{backend}" if dot in DECODING_DOTS else dot
+    if q_dtype == MXFP4_Q and dot not in MXFP4Q_DOTS:
+        raise ValueError(f"an MXFP4 query runs the {list(MXFP4Q_DOTS)} dot paths, not {dot!r}")
+    base = f"{dot}.{backend}" if dot in DECODING_DOTS else dot
+    return MXFP4Q_PREFIX + base if q_dtype == MXFP4_Q else base
 
 
 def parse_variant(variant: str) -> tuple[str, str]:
-    dot, _, backend = variant.partition(".")
+    """(dot path, e2m1 backend) of a variant name (`variant_query` says whether it is an MXFP4 query's)."""
+    q4 = variant.startswith(MXFP4Q_PREFIX)
+    dot, _, backend = variant.removeprefix(MXFP4Q_PREFIX).partition(".")
     if dot not in DOTS or (dot in DECODING_DOTS) != bool(backend) or (backend and backend not in E2M1_BACKENDS):
         raise ValueError(f"unknown logits variant {variant!r}")
+    if q4 and dot not in MXFP4Q_DOTS:
+        raise ValueError(f"unknown logits variant {variant!r} (an MXFP4 query runs {list(MXFP4Q_DOTS)})")
     return dot, backend or "soft"
 
-VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+
+def variant_query(variant: str) -> str | None:
+    """"mxfp4" for the MXFP4-query variants, else None (bf16 and fp8 queries share their renders)."""
+    return MXFP4_Q if variant.startswith(MXFP4Q_PREFIX) else None
+
+BASE_VARIANTS: tuple[str, ...] = ("fp8", "fp8lut", "fp8key", "fp8keylut", "wgmma") + tuple(f"{d}.{b}" for d in DECODING_DOTS for b in E2M1_BACKENDS) + ("scaled",)
+
+MXFP4Q_VARIANTS: tuple[str, ...] = tuple(MXFP4Q_PREFIX + v for v in BASE_VARIANTS if v.partition(".")[0] in MXFP4Q_DOTS)
+
+VARIANTS: tuple[str, ...] = BASE_VARIANTS + MXFP4Q_VARIANTS
+
+# Where an MXFP4-query variant cannot run beyond its dot path's own rows (`_DOT_ILLEGAL`). On sm_90
+# mxfp4q.scaled compiles (Triton upcasts both e2m1 operands for a bf16 MMA: sm_90 has no fp4 MMA),
+# so it stays a candidate there, but the path written for sm_90 is the decode-once one (mxfp4q.fp8
+# and the other e4m3 paths, the default). On gfx942 Triton 3.6 has no lowering for an e2m1 x e2m1
+# (or e2m1 x e4m3) DotScaleOp ("LLVM ERROR: Unsupported DotScaleOp"): CDNA3 has no scaled MFMA.
+_MXFP4Q_ILLEGAL: dict[tuple[str, str], str] = {
+    ("scaled", "gfx942"): "no fp4 dot_scaled on gfx942: CDNA3 has no scaled MFMA and Triton has no lowering "
+                          "for an e2m1 query's DotScaleOp there (gfx950 has both)",
+}
 
 
 def legality(variant: str, target: str) -> str | None:
     dot, backend = parse_variant(variant)
-    return _DOT_ILLEGAL.get((dot, target)) or e2m1_backend_legality(backend, target)
+    q4 = _MXFP4Q_ILLEGAL.get((dot, target)) if variant_query(variant) else None
+    return _DOT_ILLEGAL.get((dot, target)) or q4 or e2m1_backend_legality(backend, target)
 
 
 def config_legality(config: Config, target: str) -> str | None:
@@ -148,12 +190,12 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
     `dot`: fp8 needs an fp8 query (a bf16 query would be rounded to e4m3, beyond the tolerance);
     `backend` (the e2m1 decode) only matters to the f16 and bf16 paths of an e2m1 cache. A bf16
     query defaults to the f16 path: as fast as bf16 on tensor cores, exact for the query's normal
-    range, and (unlike bf16) right under Triton's interpreter.
+    range, and (unlike bf16) right under Triton's interpreter. An MXFP4 query: MXFP4Q_DOTS, fp8 first.
     """
     f = _check_fmt(fmt)
     _check_q_dtype(q_dtype)
     _check_heads(heads)
-    dots = DOTS if q_dtype == "fp8" else ("f16", "bf16", "scaled")
+    dots = DOTS if q_dtype == "fp8" else MXFP4Q_DOTS if q_dtype == MXFP4_Q else ("f16", "bf16", "scaled")
     if f.elem != "e2m1":
         dots = tuple(d for d in dots if d not in E2M1_ONLY_DOTS)  # no nibbles in fp8 records
     backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
@@ -185,9 +227,10 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             return "PREFETCH with tl.dot_scaled on e2m1 records miscompiles (wrong results on sm_90)"
         return None
 
+    query = (Param("query", (MXFP4_Q,), MXFP4_Q, render=True),) if q_dtype == MXFP4_Q else ()
     return Space(
         params=(
-            Param("dot", dots, "fp8" if q_dtype == "fp8" else "f16", render=True),
+            Param("dot", dots, "f16" if q_dtype == "bf16" else "fp8", render=True),
             Param("backend", backends, "soft", render=True),
             Param("BLOCK_N", (16, 32, 64, 128, 256), 64),
             Param("TILES", (1, 2, 4, 8, 16), 4),
@@ -199,7 +242,7 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             # keys_m is the fp8-query default: at the default tile it takes about 40% of heads_m's
             # time at the largest decode batch on both formats (benchmarks/results/logits_h200.log).
             # bf16 queries keep heads_m until keys_m is timed on their f16 dot.
-            Param("MMA", ("heads_m", "keys_m"), "keys_m" if q_dtype == "fp8" else "heads_m"),
+            Param("MMA", ("heads_m", "keys_m"), "heads_m" if q_dtype == "bf16" else "keys_m"),
             # 1: the next tile's block-table and record loads are issued before this tile's dots
             # (by hand: Triton's pipeliner does not overlap a tile's record loads with the dots
             # before them). Only matters with TILES > 1. Slower wherever it was timed, with more
@@ -215,6 +258,8 @@ def space(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = SEED_HEADS
             Param("LOADS", ("gather", "descriptor"), "gather"),
             Param("num_warps", (2, 4, 8), 4),
             Param("num_stages", (1, 2, 3), 2),
+            # An MXFP4 query's configs say so (its variants' legality differs: `legality`).
+            *query,
         ),
         constraints=(_backend_needs_bf16, _fits),
     )
@@ -243,9 +288,11 @@ def default_config(fmt: str | RecordFormat, q_dtype: str = "fp8", heads: int = S
     return space(fmt, q_dtype, heads).default()
 
 
-def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> R.Rendered:
+def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft", q_dtype: str | None = None) -> R.Rendered:
+    """The module of one dot path (and e2m1 backend) on one cache format; `q_dtype="mxfp4"` for an
+    MXFP4 query's (bf16 and fp8 queries share one render: the kernel's Q_FP8 tells them apart)."""
     f = _check_fmt(fmt)
-    variant_name(dot, backend)
+    variant_name(dot, backend, q_dtype)
     if backend not in E2M1_BACKENDS:
         raise ValueError(f"unknown e2m1 backend {backend!r}")
     if dot in E2M1_ONLY_DOTS and f.elem != "e2m1":
@@ -257,7 +304,8 @@ def render_variant(fmt: str | RecordFormat, dot: str, backend: str = "soft") -> 
         assert (f.dims, f.tile, f.data_bytes) == (128, 32, 64), f.name
         return R.render(WGMMA_TEMPLATE, {"fmt": f})
     return R.render(TEMPLATE, {"fmt": f, "dot": dot, "e2m1_backend": backend, "chunked": chunked(f, dot),
-                               "keyscaled": key_scaled(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS})
+                               "keyscaled": key_scaled(f, dot), "scale_desc_min_keys": SCALE_DESC_MIN_KEYS,
+                               "q_mxfp4": q_dtype == MXFP4_Q})
 
 
 def chunked(f: RecordFormat, dot: str) -> bool:
@@ -283,7 +331,7 @@ def desc_box(f: RecordFormat, dot: str) -> int:
 
 
 def variant_of(config: Config) -> str:
-    return variant_name(config["dot"], config["backend"])
+    return variant_name(config["dot"], config["backend"], config.get("query"))
 
 DECODE_CTX = 65536
 
@@ -331,8 +379,9 @@ def logits_bytes(key: ProblemKey, bucket: Bucket) -> int:
     ctx = bucket.ctx or DECODE_CTX
     t = bucket.rep
     keys = t * ctx if bucket.dim == "B" else ctx
-    qbytes = 1 if qdt == "fp8" else 2
-    return keys * f.bytes_per_token + t * key.heads * (key.head_dim * qbytes + 4) + t * ctx * 4
+    # A query row: 128 fp8 or bf16 values, or an MXFP4 record (64 bytes of e2m1 and 4 scales).
+    qrow = get_format("mxfp4_68").bytes_per_token if qdt == MXFP4_Q else key.head_dim * (1 if qdt == "fp8" else 2)
+    return keys * f.bytes_per_token + t * key.heads * (qrow + 4) + t * ctx * 4
 
 
 class LogitsSpec(FamilySpec):
@@ -368,8 +417,8 @@ class LogitsSpec(FamilySpec):
         return list(LOGITS_BUCKETS)
 
     def render(self, key: ProblemKey, config: Config) -> R.Rendered:
-        f, _ = _key_parts(key)
-        return render_variant(f, config["dot"], config["backend"])
+        f, qdt = _key_parts(key)
+        return render_variant(f, config["dot"], config["backend"], qdt)
 
     def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
         return logits_bytes(key, bucket)

@@ -1,5 +1,11 @@
 """pack: the cache writer's catalog face. Its key is the record format on an arch (heads, topk and
-window do not apply); its space tiles tokens and scale tiles per program."""
+window do not apply); its space tiles tokens and scale tiles per program.
+
+The family also holds the MXFP4 query quantiser (templates/quant_query.py.j2): the same records
+(`mxfp4_68`) written to a dense query, values uint8[T, Hi, 64] and scales uint8[T, Hi, 4], instead
+of into a paged cache. Its key names the destination explicitly, formats=("mxfp4_68", "query")
+(`pack_key(fmt, arch, "query")`), so a paged cache key and a query key never share configs; its
+buckets count (token, head) rows, the unit the kernel works in, whatever the head count."""
 
 from __future__ import annotations
 
@@ -13,8 +19,16 @@ from catalog.space import Param, Space
 from templates import render as R
 
 TEMPLATE = "pack.py.j2"
+QUERY_TEMPLATE = "quant_query.py.j2"
+# The destinations a pack key may name after its record format: a paged cache (the default, no
+# name) or a dense query tensor ("query": the record formats of QUERY_FORMATS only).
+QUERY_DEST = "query"
+QUERY_FORMATS: tuple[str, ...] = ("mxfp4_68",)
 # Token-count buckets: a decode step packs a few tokens, a prefill chunk thousands.
 PACK_BUCKETS = (Bucket("N", 1, 64), Bucket("N", 65, 1024), Bucket("N", 1025, 16384), Bucket("N", 16385, 1 << 20))
+# (token, head) rows of a query: a decode step of 1..8 tokens at 64 index heads, 64 tokens, a
+# 1K-token and a 16K-token prefill chunk.
+QUERY_BUCKETS = (Bucket("N", 1, 512), Bucket("N", 513, 4096), Bucket("N", 4097, 65536), Bucket("N", 65537, 1 << 20))
 PACK_PAGE_SIZE = 64
 # Defaults per format: (BLOCK_T, TILES_PER_PROG, num_warps), the fastest of a 40 (nvfp4_288) / 16
 # config sweep packing 1M bf16 tokens on an H200 (benchmarks/results/pack_h200.md, triton 3.6.0).
@@ -77,15 +91,52 @@ def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
     return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": backend})
 
 
+def render_query_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
+    """The query quantiser's module for one e2m1 backend."""
+    f = check_query_format(fmt)
+    if backend not in E2M1_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}")
+    return R.render(QUERY_TEMPLATE, {"fmt": f, "e2m1_backend": backend})
+
+
+def check_query_format(fmt: str | RecordFormat) -> RecordFormat:
+    f = get_format(fmt)
+    if f.name not in QUERY_FORMATS:
+        raise ValueError(f"queries are quantised to {list(QUERY_FORMATS)}, not {f.name}")
+    return f
+
+
+def is_query_key(key: ProblemKey) -> bool:
+    """Whether a pack key is the query quantiser's: formats (record format, "query")."""
+    if len(key.formats) == 2 and key.formats[1] == QUERY_DEST:
+        check_query_format(key.formats[0])
+        return True
+    if len(key.formats) != 1:
+        raise ValueError(f"a pack key has formats (record format,) or (record format, {QUERY_DEST!r}), got {key.formats}")
+    return False
+
+
 def pack_bytes(fmt: str | RecordFormat, n_tokens: int, in_bytes: int = 2) -> int:
     """Bytes a pack of n tokens must read (input row + slot) and write (record)."""
     f = get_format(fmt)
     return n_tokens * (f.dims * in_bytes + 8 + f.bytes_per_token)
 
 
-def pack_key(fmt: str, arch: str) -> ProblemKey:
-    """Pack has no heads/topk/window of its own; its key is the record format on an arch."""
-    return ProblemKey(kernel="pack", arch=arch, heads=0, topk=0, window=0, formats=(fmt,), head_dim=get_format(fmt).dims)
+def pack_key(fmt: str, arch: str, dest: str | None = None) -> ProblemKey:
+    """Pack has no heads/topk/window of its own; its key is the record format on an arch, and for
+    the query quantiser (`dest="query"`) the destination after it."""
+    if dest is None:
+        return ProblemKey(kernel="pack", arch=arch, heads=0, topk=0, window=0, formats=(fmt,), head_dim=get_format(fmt).dims)
+    if dest != QUERY_DEST:
+        raise ValueError(f"a pack destination is a paged cache (None) or {QUERY_DEST!r}, got {dest!r}")
+    f = check_query_format(fmt)
+    return ProblemKey(kernel="pack", arch=arch, heads=0, topk=0, window=0, formats=(f.name, QUERY_DEST), head_dim=f.dims)
+
+
+def query_bytes(fmt: str | RecordFormat, n_rows: int, in_bytes: int = 2) -> int:
+    """Bytes a query quantisation of n rows must read (the rows) and write (values and scales)."""
+    f = check_query_format(fmt)
+    return n_rows * (f.dims * in_bytes + f.bytes_per_token)
 
 
 class PackSpec(FamilySpec):
@@ -102,15 +153,20 @@ class PackSpec(FamilySpec):
         return str(config["backend"])
 
     def space(self, key: ProblemKey) -> Space:
+        is_query_key(key)  # the same space for both destinations: the same tiles of the same records
         return space(key.formats[0])
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
-        return list(PACK_BUCKETS)
+        return list(QUERY_BUCKETS if is_query_key(key) else PACK_BUCKETS)
 
     def render(self, key: ProblemKey, config: Config) -> R.Rendered:
+        if is_query_key(key):
+            return render_query_variant(key.formats[0], config["backend"])
         return render_variant(key.formats[0], config["backend"])
 
     def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:
+        if is_query_key(key):
+            return query_bytes(key.formats[0], bucket.rep)
         return pack_bytes(key.formats[0], bucket.rep)
 
 

@@ -180,3 +180,20 @@ def test_pack_kernel_matches_hand_written_bytes(fmt: str, target_name: str, devi
         recs = read_slots(cache, slots, fmt, page).cpu()
         for i, (name, _, expected) in enumerate(cases):
             _assert_bytes(recs[i], expected, f"{name} [{backend}]")
+
+
+def test_query_quantiser_matches_hand_written_bytes(target_name: str, device: str) -> None:
+    """The MXFP4 query quantiser writes each (token, head) row's mxfp4_68 record as two dense
+    tensors: its 64 data bytes in `values`, its 4 scale bytes in `scales`, the bytes above."""
+    from tuner.formats import quantize_query
+    from tuner.kernels.pack import quant_query
+
+    cases = CASES["mxfp4_68"]
+    x = torch.stack([c[1] for c in cases])[None]  # one token, a head per case
+    for backend in _legal_backends("mxfp4_68", target_name):
+        v, s = quant_query(x.to(device), default_config("mxfp4_68").replace(backend=backend))
+        for i, (name, _, expected) in enumerate(cases):
+            _assert_bytes(torch.cat([v[0, i], s[0, i]]).cpu(), expected, f"{name} query [{backend}]")
+    rv, rs = quantize_query(x)
+    for i, (name, _, expected) in enumerate(cases):
+        _assert_bytes(torch.cat([rv[0, i], rs[0, i]]), expected, f"{name} query reference")

@@ -19,6 +19,7 @@ from catalog.core import Config
 from tuner.formats import get_format
 from catalog.families.logits import E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_BUCKETS, LOGITS_FORMATS, VARIANTS, WGMMA_DESC_TYPE, default_config, dot_config, legality, logits_key, parse_variant, render_variant, space, variant_of
 from tuner.kernels.logits import FAMILY, logits, make_query, paged_sequences, random_cache, wgmma_descriptor
+from tuner.kernels.logits.inputs import to_device
 from tuner.reference import compare, logits_reference
 
 TOL = 1e-2
@@ -59,17 +60,17 @@ def _problem(kind: str, fmt: str, q_dtype: str, page: int, device: str, heads: i
     q, w = make_query(t, heads, q_dtype, g)
     as_i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
     return {
-        "q": q.to(device), "w": w.to(device), "cache": cache.to(device), "page_size": page,
+        "q": to_device(q, device), "w": w.to(device), "cache": cache.to(device), "page_size": page,
         "block_table": bt.to(device), "seq_of": as_i32(seq_of), "k_start": as_i32(k_start), "k_end": as_i32(k_end),
         "max_len": 307,  # wider than every sequence: the tail columns are -inf
     }
 
 
 def _check_config(p: dict, fmt: str, cfg: Config | None) -> None:
-    out = torch.full((p["q"].shape[0], p["max_len"]), float("nan"), device=p["q"].device)  # poison
+    out = torch.full((p["w"].shape[0], p["max_len"]), float("nan"), device=p["w"].device)  # poison
     logits(p["q"], p["w"], p["cache"], fmt, p["page_size"], p["block_table"], p["seq_of"], p["k_start"], p["k_end"],
            p["max_len"], cfg, out=out)
-    ref = logits_reference(p["q"].cpu(), p["w"].cpu(), p["cache"].cpu(), fmt, p["page_size"], p["block_table"].cpu(),
+    ref = logits_reference(to_device(p["q"], "cpu"), p["w"].cpu(), p["cache"].cpu(), fmt, p["page_size"], p["block_table"].cpu(),
                            p["seq_of"].cpu(), p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
     assert torch.isfinite(ref).any() and torch.isneginf(ref).any()
     err = compare(out.cpu(), ref, TOL)
@@ -269,6 +270,17 @@ XCOMPILE_EXPECT = {
     "bf16.ptx": {"sm_100"},
     "bf16.gfx950": {"gfx950"},
     "scaled": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    # MXFP4 queries: decoded once per program for the e4m3 (and f16) paths, whose key paths keep
+    # their own legality; tl.dot_scaled with an e2m1 query has no lowering on gfx942 (on sm_90
+    # Triton upcasts both operands: it compiles, but the decode-once paths are sm_90's).
+    "mxfp4q.fp8": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "mxfp4q.fp8lut": {"sm_90", "sm_100"},
+    "mxfp4q.fp8key": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "mxfp4q.fp8keylut": {"sm_90", "sm_100"},
+    "mxfp4q.f16.soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
+    "mxfp4q.f16.ptx": {"sm_100"},
+    "mxfp4q.f16.gfx950": {"gfx950"},
+    "mxfp4q.scaled": {"sm_90", "sm_100", "gfx950"},
 }
 
 
@@ -553,3 +565,154 @@ def test_wgmma_stays_in_flight_across_the_back_edge_only_with_its_accumulator_ch
     rows = {r.split("|")[1].strip(): r.split("|")[2].strip() for r in table.splitlines() if r.startswith("| ")}
     assert {k: rows.get(k) for k in ("alternating", "chained", "chained_mma2")} == \
         {"alternating": "yes", "chained": "no", "chained_mma2": "no"}, table
+
+
+# ---------------------------------------------------------------------------------------------
+# MXFP4 queries (q_dtype "mxfp4": values uint8[T, Hi, 64] + ue8m0 scales uint8[T, Hi, 4])
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", LOGITS_FORMATS)
+@pytest.mark.parametrize("page", [16, 64])
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_mxfp4_query_logits_matches_reference(fmt: str, page: int, kind: str, target_name: str, device: str) -> None:
+    # Against the float64 reference of the dequantized query and keys: every MXFP4-query variant
+    # that runs here (under the interpreter: the decode-once fp8, fp8key and f16 paths), in both MMA
+    # orientations, with PREFETCH, descriptor loads and (prefill) query groups of two tokens.
+    p = _problem(kind, fmt, "mxfp4", page, device, seed=page + 1)
+    assert isinstance(p["q"], tuple) and p["q"][0].dtype == torch.uint8 and p["q"][1].shape[-1] == 4
+    cfgs = _legal_dots(fmt, "mxfp4", target_name)
+    assert cfgs and all(c["query"] == "mxfp4" for c in cfgs)
+    if target_name == "interp":
+        assert {variant_of(c) for c in cfgs} == ({"mxfp4q.fp8", "mxfp4q.fp8key", "mxfp4q.f16.soft"} if fmt == "mxfp4_68"
+                                                 else {"mxfp4q.fp8", "mxfp4q.f16.soft"})
+    sp = space(fmt, "mxfp4")
+    for cfg in cfgs:
+        variations = [cfg, cfg.replace(MMA="heads_m"), cfg.replace(PREFETCH=1, BLOCK_N=16, TILES=4),
+                      cfg.replace(LOADS="descriptor", BLOCK_N=16, TILES=4, num_stages=3)]
+        if kind == "prefill":
+            variations.append(cfg.replace(QT=2, HEADS=32, BLOCK_N=32, TILES=2, PAGE_LOOKUP="key", num_warps=2))
+        for c in variations:
+            if sp.infeasible(c) is None:
+                _check_config(p, fmt, c)
+
+
+def test_mxfp4_query_folds_chunk_scales_exactly_and_flushes_only_far_chunks(device: str) -> None:
+    # The decode-once paths fold each 32-dim chunk's scale, relative to its row's largest, into the
+    # e4m3 exponents: exact up to 11 binades below it, further below flushed (as fp8key does keys).
+    # Query chunks spread over 0..20 binades: the output equals the reference of the same query
+    # with exactly the far chunks zeroed (to fp32 rounding), and the reference within tolerance.
+    from tuner.formats import quantize_query
+
+    fmt, page = "mxfp4_68", 64
+    p = _problem("decode", fmt, "fp8", page, device, seed=9)
+    g = torch.Generator().manual_seed(4)
+    t = p["w"].shape[0]
+    below = torch.tensor([0, 3, 11, 12, 20])[torch.randint(0, 5, (t, 64, 4), generator=g)]
+    below[..., 0] = 0  # every row has a chunk at its largest scale
+    x = torch.randn(t, 64, 128, generator=g) * (2.0 ** -below.double()).repeat_interleave(32, dim=-1)
+    values, scales = quantize_query(x.to(torch.bfloat16))
+    e = scales.int()
+    far = (e.amax(dim=-1, keepdim=True) - e) > 11
+    assert far.any() and ((e.amax(dim=-1, keepdim=True) - e) == 11).any()
+    flushed = (values.clone(), scales.masked_fill(far, 0))  # scale byte 0: the chunk's values are 0
+
+    def ref(q: tuple) -> torch.Tensor:
+        return logits_reference(q, p["w"].cpu(), p["cache"].cpu(), fmt, page, p["block_table"].cpu(), p["seq_of"].cpu(),
+                                p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
+
+    for dot in ("fp8", "fp8key", "f16"):
+        cfg = dot_config(default_config(fmt, "mxfp4"), dot)
+        out = logits(to_device((values, scales), device), p["w"], p["cache"], fmt, page, p["block_table"], p["seq_of"],
+                     p["k_start"], p["k_end"], p["max_len"], cfg)
+        assert compare(out.cpu(), ref(flushed), 1e-5) is None, (dot, compare(out.cpu(), ref(flushed), 1e-5))
+        assert compare(out.cpu(), ref((values, scales)), TOL) is None
+
+
+def test_mxfp4_query_space_legality_and_key() -> None:
+    from catalog.keys import make_key
+
+    for fmt in LOGITS_FORMATS:
+        sp = space(fmt, "mxfp4")
+        assert [p.name for p in sp.params][-1] == "query" and sp.params[-1].choices == ("mxfp4",)
+        dflt = default_config(fmt, "mxfp4")
+        # The default runs on every target (and under the interpreter): the decode-once fp8 path.
+        assert variant_of(dflt) == "mxfp4q.fp8" and dflt["MMA"] == "keys_m"
+        assert all(legality(variant_of(dflt), t) is None for t in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"))
+        assert "wgmma" not in sp.params[0].choices and "bf16" not in sp.params[0].choices
+        # A bf16/fp8 config is not an MXFP4 query's, nor the other way round (keys stay apart).
+        assert "missing parameter query" in sp.infeasible(default_config(fmt, "fp8"))
+        assert "unknown parameters" in space(fmt, "fp8").infeasible(dflt)
+        key = logits_key(fmt, "mxfp4")
+        assert key.formats == make_key("logits", "sm_90", formats=[fmt, "mxfp4"]).formats == (fmt, "mxfp4")
+        assert FAMILY.render(key, dflt).source != FAMILY.render(logits_key(fmt, "fp8"), default_config(fmt, "fp8")).source
+    assert make_key("logits", "sm_90", formats=["mxfp4_68", "mxfp4"]).formats == ("mxfp4_68", "mxfp4")
+    assert legality("mxfp4q.scaled", "interp") and "gfx942" in legality("mxfp4q.scaled", "gfx942")
+    assert legality("scaled", "gfx942") is None  # a bf16/fp8 query's scaled path is unaffected
+    with pytest.raises(ValueError, match="MXFP4 query runs"):
+        render_variant("mxfp4_68", "wgmma", q_dtype="mxfp4")
+    # Bytes: a query row is its 68-byte record instead of 128 fp8 bytes.
+    b64 = LOGITS_BUCKETS[3]
+    fp8, q4 = FAMILY.bytes_moved(logits_key("mxfp4_68", "fp8"), b64), FAMILY.bytes_moved(logits_key("mxfp4_68", "mxfp4"), b64)
+    assert fp8 - q4 == 64 * 64 * (128 - 68)
+
+
+def test_mxfp4_query_family_inputs_run_verify_and_bad_arguments(device: str) -> None:
+    from catalog.core import Bucket
+
+    for fmt in LOGITS_FORMATS:
+        key = logits_key(fmt, "mxfp4")
+        for bucket in (Bucket("B", 1, 2, 300), Bucket("T", 1, 5, 200)):
+            inputs = FAMILY.make_inputs(key, bucket, device, seed=1)
+            inputs["out"].fill_(float("nan"))
+            out = FAMILY.run(key, FAMILY.default_config(key), inputs)
+            assert FAMILY.verify(key, inputs, out) is None
+            out[0, 0] = 1e9
+            assert FAMILY.verify(key, inputs, out) is not None
+    p = _problem("decode", "mxfp4_68", "mxfp4", 16, device)
+    v, sc = p["q"]
+    args = [p["w"], p["cache"], "mxfp4_68", 16, p["block_table"], p["seq_of"], p["k_start"], p["k_end"], 64]
+    with pytest.raises(ValueError, match="values must be"):
+        logits((v.view(torch.int8), sc), *args)
+    with pytest.raises(ValueError, match="scales must be"):
+        logits((v, sc[:, :, :2].contiguous()), *args)
+    with pytest.raises(ValueError, match="pair"):
+        logits((v, sc, sc), *args)
+    with pytest.raises(ValueError, match="infeasible"):  # wgmma reads an fp8 query
+        logits(p["q"], *args, config=default_config("mxfp4_68", "mxfp4").replace(dot="wgmma"))
+    # A config given without `query` is an MXFP4 query's when the query is one.
+    cfg = Config.from_dict({k: v for k, v in default_config("mxfp4_68", "mxfp4").as_dict().items() if k != "query"})
+    _check_config(p, "mxfp4_68", cfg)
+
+
+def test_mxfp4_query_sources_match_golden() -> None:
+    from catalog.families.logits import MXFP4Q_VARIANTS
+
+    for fmt in LOGITS_FORMATS:
+        seen = set()
+        for variant in MXFP4Q_VARIANTS:
+            dot, backend = parse_variant(variant)
+            if dot in E2M1_ONLY_DOTS and fmt != "mxfp4_68":
+                continue
+            src = render_variant(fmt, dot, backend, "mxfp4").source
+            if src in seen:  # fp8_132 decodes no e2m1: one source per dot path
+                continue
+            seen.add(src)
+            assert "MXFP4 query" in src.splitlines()[1]
+            check_golden(f"logits/{fmt}.{variant}.py", src)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_mxfp4_query_warmup_keys_cover_every_real_launch(target: str) -> None:
+    # tuner.warmup.keys_for needs no change for the query's two tensors: they are two pointer
+    # arguments (q_ptr, qs_ptr: *u8) the recorder classifies like any other.
+    from catalog.core import Bucket
+    from tests.tuner.test_warmup import test_reader_keys_cover_every_real_launch
+    from tuner.warmup import keys_for
+
+    for fmt in LOGITS_FORMATS:
+        test_reader_keys_cover_every_real_launch("logits", Bucket("B", 1, 3, 200), ("cache",), (fmt, "mxfp4"), {}, target)
+    keys = keys_for("logits", logits_key("mxfp4_68", "mxfp4", target), default_config("mxfp4_68", "mxfp4"),
+                    Bucket("B", 1, 2, 200), target)
+    assert keys and all({a.name: a.type for a in k.args}.get("qs_ptr") == "*u8" for k in keys)
+    assert all({a.name: a.type for a in k.args}["q_ptr"] == "*u8" for k in keys)

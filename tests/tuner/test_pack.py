@@ -124,6 +124,7 @@ def test_xcompile_table_matches_the_issue() -> None:
     for b in expect:
         for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
             assert (b, "nvfp4_288", t) in seen and (b, "mxfp4_68", t) in seen
+            assert (b, "mxfp4_68+query", t) in seen  # the query quantiser: the same table
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
     assert aborted and all("unknown asm constraint 'f'" in r["error"] for r in aborted)
 
@@ -155,3 +156,106 @@ def test_bench_verification_samples_large_packs_and_still_catches_wrong_records(
         rec[0, 0] ^= 0x40  # one byte of that record's first value
         write_slots(bad, rec, slot, fmt, 64)
         assert "1 of 65536 records checked differ" in (FAMILY.verify(key, inp, bad) or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# The MXFP4 query quantiser (formats ("mxfp4_68", "query")): dense records, no cache
+# ---------------------------------------------------------------------------------------------
+
+
+def _query_inputs(t: int, hi: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    rows = t * hi
+    # Magnitudes over 12 decades (rows and 32-dim chunks apart), plus non-finite and all-zero tiles.
+    x = torch.randn(rows, 128, generator=g) * torch.logspace(-5, 7, rows)[torch.randperm(rows, generator=g)][:, None]
+    x = x * torch.logspace(-3, 3, 4)[torch.randint(0, 4, (rows, 4), generator=g)].repeat_interleave(32, dim=1)
+    x[1, 7] = float("nan")
+    x[2, 127] = float("-inf")
+    x[3, 32:64] = 0.0
+    x[4, 0] = -0.0
+    return x.reshape(t, hi, 128).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_query_quantiser_matches_reference(dtype: torch.dtype, target_name: str, device: str) -> None:
+    from tuner.formats import quantize_query
+    from tuner.kernels.pack import quant_query
+
+    x = _query_inputs(5, 16, dtype, seed=3)
+    want_v, want_s = quantize_query(x)
+    assert want_v.shape == (5, 16, 64) and want_s.shape == (5, 16, 4)
+    # A query sliced out of a wider projection (rows strided over T): read in place.
+    wide = torch.zeros(5, 16 * 128 + 64, dtype=dtype)
+    wide[:, : 16 * 128] = x.reshape(5, -1)
+    strided = wide[:, : 16 * 128].view(5, 16, 128)
+    split = Config.of(backend="soft", BLOCK_T=16, TILES_PER_PROG=2, num_warps=2, num_stages=1)
+    for backend in _legal_backends("mxfp4_68", target_name):
+        for cfg in (default_config("mxfp4_68"), split):
+            cfg = cfg.replace(backend=backend)
+            for src in (x, strided):
+                v = torch.full((5, 16, 64), 0xA5, dtype=torch.uint8, device=device)  # poisoned
+                s = torch.full((5, 16, 4), 0xA5, dtype=torch.uint8, device=device)
+                got_v, got_s = quant_query(src.to(device), cfg, v, s)
+                assert got_v is v and got_s is s
+                assert torch.equal(v.cpu(), want_v), f"{cfg.to_json()}: {int((v.cpu() != want_v).sum())} value bytes differ"
+                assert torch.equal(s.cpu(), want_s), f"{cfg.to_json()}: {int((s.cpu() != want_s).sum())} scale bytes differ"
+    # Allocated outputs, any leading shape; no rows, nothing launched.
+    v, s = quant_query(x[0].to(device))
+    assert torch.equal(v.cpu(), want_v[0]) and torch.equal(s.cpu(), want_s[0])
+    v, s = quant_query(torch.zeros(0, 64, 128, dtype=dtype, device=device))
+    assert v.shape == (0, 64, 64) and s.shape == (0, 64, 4)
+
+
+def test_query_quantiser_rejects_bad_arguments(device: str) -> None:
+    from tuner.kernels.pack import quant_query
+
+    x = torch.zeros(2, 16, 128, device=device)
+    with pytest.raises(ValueError, match=r"x\[\.\.\., 128\]"):
+        quant_query(torch.zeros(2, 16, 64, device=device))
+    with pytest.raises(ValueError, match="bf16 or fp32"):
+        quant_query(x.double())
+    with pytest.raises(ValueError, match="values must be"):
+        quant_query(x, values=torch.empty(2, 16, 65, dtype=torch.uint8, device=device))
+    with pytest.raises(ValueError, match="scales must be"):
+        quant_query(x, scales=torch.empty(2, 16, 4, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="infeasible"):
+        quant_query(x, default_config("mxfp4_68").replace(BLOCK_T=3))
+
+
+def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
+    from catalog.core import Bucket
+    from catalog.families.pack import QUERY_BUCKETS, pack_key, query_bytes
+    from catalog.keys import make_key
+    from tuner.kernels.pack import FAMILY
+
+    key = pack_key("mxfp4_68", "interp", "query")
+    assert key.to_json()["formats"] == ["mxfp4_68", "query"] and (key.heads, key.topk, key.window) == (0, 0, 0)
+    assert key != pack_key("mxfp4_68", "interp") and key.slug() != pack_key("mxfp4_68", "interp").slug()
+    with pytest.raises(ValueError, match="queries are quantised"):
+        pack_key("nvfp4_288", "interp", "query")
+    with pytest.raises(ValueError, match="destination"):
+        pack_key("mxfp4_68", "interp", "cache")
+    # The same space and variants as the paged mxfp4_68 pack; its own buckets of (token, head) rows.
+    assert FAMILY.space(key).to_json() == space("mxfp4_68").to_json()
+    assert FAMILY.buckets(key) == list(QUERY_BUCKETS) and all(b.dim == "N" for b in QUERY_BUCKETS)
+    assert FAMILY.bytes_moved(key, QUERY_BUCKETS[0]) == query_bytes("mxfp4_68", 512) == 512 * (256 + 68)
+    cfg = FAMILY.default_config(key)
+    assert FAMILY.render(key, cfg).source.startswith("# Generated by kvtune from templates/quant_query.py.j2")
+    assert FAMILY.render(key, cfg).source_hash != FAMILY.render(pack_key("mxfp4_68", "interp"), cfg).source_hash
+    case = FAMILY.compile_case(key, cfg)
+    assert case is not None and case.kernel_name == "quant_query_kernel" and case.detail == "mxfp4_68+query"
+    assert FAMILY.compile_case(pack_key("mxfp4_68", "interp"), cfg) is None
+    with pytest.raises(ValueError, match="pack takes one record format"):  # make_key does not name it yet
+        make_key("pack", "interp", formats=["mxfp4_68", "query"])
+    inputs = FAMILY.make_inputs(key, Bucket("N", 1, 300), device, seed=2)
+    out = FAMILY.run(key, cfg, inputs)
+    assert FAMILY.verify(key, inputs, out) is None
+    out[0][17, 3] ^= 0x40  # one value byte of one row
+    assert "1 of 300 records checked differ" in (FAMILY.verify(key, inputs, out) or "")
+
+
+def test_query_quantiser_sources_match_golden() -> None:
+    from catalog.families.pack import render_query_variant
+
+    for b in ("soft", "ptx", "gfx950"):
+        check_golden(f"pack/mxfp4_68.query.{b}.py", render_query_variant("mxfp4_68", b).source)

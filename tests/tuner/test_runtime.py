@@ -185,3 +185,45 @@ def test_pack_through_both_cache_shapes(tk: TunedKernels, fmt: str, device: str)
     got = read_slots(flat, slots[keep], fmt, page).cpu()
     assert torch.equal(got, quantize(x[keep].cpu(), fmt))
 
+
+
+@pytest.mark.parametrize("page", [16, 64])
+@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("fmt", ["fp8_132", "mxfp4_68"])
+def test_fp8_paged_mqa_logits_takes_an_mxfp4_query_pair(tk: TunedKernels, fmt: str, next_n: int, page: int,
+                                                        device: str) -> None:
+    # DeepGEMM's FP4 path: q = (values uint8 (B, next_n, Hi, 64), scales uint8 (B, next_n, Hi, 4)), the
+    # query's mxfp4_68 records (here written by the pack family's query quantiser); the scales may also
+    # come as one int32 word per row. Against the reference of the dequantized query.
+    from tuner.formats import dequantize_query
+    from tuner.kernels.pack import quant_query
+
+    b, max_len = 2, 150
+    g = torch.Generator().manual_seed(3 + next_n * page)
+    ctx = [130, 37]
+    need = [-(-c // page) for c in ctx]
+    pages = sum(need) + 1
+    flat = random_cache(fmt, pages, page, device, g)
+    perm = torch.randperm(pages, generator=g).int()
+    bt = torch.zeros(b, max(need) + 1, dtype=torch.int32)
+    bt[0, : need[0]], bt[1, : need[1]] = perm[: need[0]], perm[need[0] : sum(need)]
+    x = torch.randn(b, next_n, HI, 128, generator=g).to(torch.bfloat16).to(device)
+    values, scales = quant_query(x)
+    assert values.shape == (b, next_n, HI, 64) and scales.shape == (b, next_n, HI, 4)
+    w = (torch.randn(b * next_n, HI, generator=g) / 8).to(device)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+    kv = flat.view(pages, page, 1, get_format(fmt).bytes_per_token)
+    t = b * next_n
+    seq_of = torch.arange(t, dtype=torch.int32) // next_n
+    q_ref = dequantize_query(values.cpu(), scales.cpu()).view(t, HI, 128)
+    ref = logits_reference(q_ref, w.cpu(), flat.cpu(), fmt, page, bt, seq_of, torch.zeros(t, dtype=torch.int32),
+                           torch.tensor(_mtp_ends(ctx, next_n), dtype=torch.int32), max_len)
+    packed = scales.view(torch.int32).view(b, next_n, HI)  # four ue8m0 bytes a word
+    for q in ((values, scales), (values, packed)):
+        out = tk.fp8_paged_mqa_logits(q, kv, w, lens, bt.to(device), None, max_len, clean_logits=True)
+        assert out.shape == (t, max_len) and out.dtype == torch.float32
+        assert compare(out.cpu(), ref, 1e-2) is None
+    # Served under the key's own query dtype (no bundle entry here: the default of (fmt, mxfp4)).
+    assert any(k.formats == (fmt, "mxfp4") for (k, _, _) in tk.misses.totals)
+    with pytest.raises(ValueError, match="scales must be"):
+        tk.fp8_paged_mqa_logits((values, scales[..., :2]), kv, w, lens, bt.to(device), None, max_len)

@@ -1,4 +1,5 @@
-"""The pack kernel family: write NVFP4/MXFP4/FP8 records into a paged cache (FORMATS.md "pack").
+"""The pack kernel family: write NVFP4/MXFP4/FP8 records into a paged cache (FORMATS.md "pack"),
+and the MXFP4 query quantiser (`quant_query`: the same mxfp4_68 records into a dense query).
 The space, legality and render of the family are its catalog spec (`catalog.families.pack`)."""
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import torch
 import triton
 
 from catalog.core import Bucket, Config, ProblemKey
-from catalog.families.pack import (PACK_PAGE_SIZE, PackSpec, default_config, nt_pad, render_variant,  # noqa: F401
+from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, check_query_format,  # noqa: F401
+                                   default_config, is_query_key, nt_pad, render_query_variant, render_variant,
                                    space)
 from catalog.codecs import E2M1_BACKENDS, e2m1_backend_legality
 from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
 from templates import render as R
-from tuner.formats import alloc_cache, quantize, read_slots
+from tuner.formats import QUERY_FORMAT, alloc_cache, quantize, quantize_query, read_slots
 from tuner.kernels.base import KernelFamily, XCompileCase, device_generator
 from tuner.kernels.signature import kernel_signature
 from tuner.targets import detect
@@ -24,7 +26,71 @@ from tuner.targets import detect
 ARG_TYPES: dict[str, str] = {
     "xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16",
     "n_tokens": "i32", "stride_w": "i32", "page_size": "i32", "page_bytes": "i64",
+    # quant_query_kernel's own
+    "val_ptr": "*u8", "scale_ptr": "*u8", "n_rows": "i32",
 }
+
+
+def _checked_config(config: Config | None, f: RecordFormat) -> Config:
+    """The config a launch runs: `config` or the format's default, feasible and runnable here."""
+    cfg = config or default_config(f)
+    why = space(f).infeasible(cfg)
+    if why:
+        raise ValueError(f"infeasible pack config {cfg.to_json()}: {why}")
+    illegal = e2m1_backend_legality(cfg["backend"], detect().name)
+    if illegal and f.elem == "e2m1":
+        raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
+    return cfg
+
+
+def _words(x: torch.Tensor) -> torch.Tensor:
+    """x's rows as int32 words (a bf16 pair, or one fp32), the way the kernels read them."""
+    if x.dtype == torch.bfloat16 and (x.stride(0) % 2 or x.storage_offset() % 2):
+        x = x.contiguous()
+    return x.view(torch.int32)
+
+
+def _query_out(t: torch.Tensor | None, shape: tuple[int, ...], like: torch.Tensor, name: str) -> torch.Tensor:
+    if t is None:
+        return torch.empty(shape, dtype=torch.uint8, device=like.device)
+    if t.dtype != torch.uint8 or tuple(t.shape) != shape or not t.is_contiguous() or t.device != like.device:
+        raise ValueError(f"{name} must be a contiguous uint8{list(shape)} on {like.device}, got {t.dtype}{list(t.shape)}")
+    return t
+
+
+def quant_query(
+    x: torch.Tensor,
+    config: Config | None = None,
+    values: torch.Tensor | None = None,
+    scales: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise a query x[..., 128] (bf16 or fp32; e.g. [T, Hi, 128]) to MXFP4: each row's mxfp4_68
+    record as (values uint8[..., 64], scales uint8[..., 4]), byte-exact against
+    `tuner.formats.quantize_query`. `values`/`scales` (optional) are written in place."""
+    f = check_query_format(QUERY_FORMAT)
+    if x.dim() < 1 or x.shape[-1] != f.dims:
+        raise ValueError(f"an mxfp4 query has rows of {f.dims} dims: x[..., {f.dims}], got {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"x must be bf16 or fp32, got {x.dtype}")
+    lead = tuple(x.shape[:-1])
+    values = _query_out(values, lead + (f.data_bytes,), x, "values")
+    scales = _query_out(scales, lead + (f.scale_bytes,), x, "scales")
+    cfg = _checked_config(config, f)
+    rows = x.reshape(-1, f.dims)  # a view where the leading dims allow it, else a copy
+    if rows.stride(1) != 1:
+        rows = rows.contiguous()
+    n = rows.shape[0]
+    if n == 0:
+        return values, scales
+    mod = R.load(render_query_variant(f, cfg["backend"]))
+    xw = _words(rows)
+    grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
+    mod.quant_query_kernel[grid](
+        xw, values, scales, n, xw.stride(0),
+        BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=rows.dtype == torch.bfloat16,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return values, scales
 
 
 def pack(
@@ -49,22 +115,14 @@ def pack(
     pb = page_bytes(f, page_size)
     if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous():
         raise ValueError(f"cache must be a contiguous uint8[num_pages, {pb}] for {f.name} with page size {page_size}")
-    cfg = config or default_config(f)
-    why = space(f).infeasible(cfg)
-    if why:
-        raise ValueError(f"infeasible pack config {cfg.to_json()}: {why}")
-    illegal = e2m1_backend_legality(cfg["backend"], detect().name)
-    if illegal and f.elem == "e2m1":
-        raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
+    cfg = _checked_config(config, f)
     n = x.shape[0]
     if n == 0:
         return cache
     mod = R.load(render_variant(f, cfg["backend"]))
     in_bf16 = x.dtype == torch.bfloat16
     # The kernel reads x as int32 words (a bf16 pair or one fp32) and writes e4m3 pairs as halfwords.
-    if in_bf16 and (x.stride(0) % 2 or x.storage_offset() % 2):
-        x = x.contiguous()
-    xw = x.view(torch.int32)
+    xw = _words(x)
     grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.pack_kernel[grid](
         xw, slot_mapping, cache, cache.view(torch.int16), n, xw.stride(0), page_size, pb,
@@ -96,6 +154,12 @@ class PackFamily(PackSpec, KernelFamily):
         n = bucket.rep
         g = torch.Generator().manual_seed(seed)
         dg = device_generator(g, device)  # drawn where they are used (a 1M-token set: 12 s on a host CPU)
+        if is_query_key(key):  # n (token, head) rows and the two dense outputs
+            return {
+                "x": (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16),
+                "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
+                "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device),
+            }
         pages = -(-n // PACK_PAGE_SIZE)
         return {
             "x": (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16),
@@ -104,15 +168,33 @@ class PackFamily(PackSpec, KernelFamily):
         }
 
     def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
+        if is_query_key(key):
+            return quant_query(inputs["x"], config, inputs["values"], inputs["scales"])
         return pack(inputs["x"], inputs["slots"], inputs["cache"], key.formats[0], PACK_PAGE_SIZE, config)
 
     def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
         f = get_format(key.formats[0])
         rows = verify_rows(len(inputs["x"]), inputs["x"].device)
-        got = read_slots(outputs, inputs["slots"][rows], f, PACK_PAGE_SIZE).cpu()
+        if is_query_key(key):
+            got = torch.cat([outputs[0][rows], outputs[1][rows]], dim=1).cpu()
+        else:
+            got = read_slots(outputs, inputs["slots"][rows], f, PACK_PAGE_SIZE).cpu()
         want = quantize(inputs["x"][rows].cpu(), f)
         bad = (got != want).any(dim=1)
         return f"{int(bad.sum())} of {len(bad)} records checked differ from the reference" if bad.any() else None
+
+    def compile_case(self, key: ProblemKey, config: Config) -> XCompileCase | None:
+        """The query quantiser's exact case (its kernel is not pack_kernel, so the case derived from
+        the table by format would be the wrong one); paged pack keys derive theirs (None)."""
+        if not is_query_key(key):
+            return None
+        rendered = self.render(key, config)
+        return XCompileCase(
+            variant=self.variant_of(config), rendered=rendered, kernel_name="quant_query_kernel",
+            signature=kernel_signature(rendered, "quant_query_kernel", ARG_TYPES),
+            constexprs={"BLOCK_T": config["BLOCK_T"], "TILES_PER_PROG": config["TILES_PER_PROG"], "IN_BF16": True},
+            num_warps=config["num_warps"], num_stages=config["num_stages"], detail="+".join(key.formats),
+        )
 
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
@@ -120,22 +202,26 @@ class PackFamily(PackSpec, KernelFamily):
         return (frozenset({"cache_ptr", "cache16_ptr"}),)
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
-        """Each backend on the e2m1 formats it converts, plus `soft` on every fp8 format."""
+        """Each backend on the e2m1 formats it converts, plus `soft` on every fp8 format; and each
+        backend of the query quantiser (detail "mxfp4_68+query", the key's formats joined)."""
         cases = []
-        for name, f in FORMATS.items():
+        builds = [(name, f, render_variant, "pack_kernel", name) for name, f in FORMATS.items()]
+        builds += [(name, FORMATS[name], render_query_variant, "quant_query_kernel", f"{name}+query")
+                   for name in QUERY_FORMATS]
+        for name, f, render, kernel, detail in builds:
             for backend in E2M1_BACKENDS if f.elem == "e2m1" else ("soft",):
                 cfg = default_config(f)
-                rendered = render_variant(f, backend)
+                rendered = render(f, backend)
                 cases.append(
                     XCompileCase(
                         variant=backend,
                         rendered=rendered,
-                        kernel_name="pack_kernel",
-                        signature=kernel_signature(rendered, "pack_kernel", ARG_TYPES),
+                        kernel_name=kernel,
+                        signature=kernel_signature(rendered, kernel, ARG_TYPES),
                         constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True},
                         num_warps=cfg["num_warps"],
                         num_stages=cfg["num_stages"],
-                        detail=name,
+                        detail=detail,
                     )
                 )
         return cases

@@ -9,12 +9,17 @@ next_n tokens of multi-token prediction are the sequence's last next_n), or `< c
 and `k_start` depend on (B, next_n) only and are made once per shape; `k_end` is one small
 device op per call (no host sync). The output is -inf outside each row's range whatever
 `clean_logits` says (DeepGEMM leaves it unspecified without cleaning).
+
+An MXFP4 query comes as DeepGEMM's FP4 path takes it, a pair `(values, scales)`: values uint8
+(B, next_n, Hi, 64) (int8 is read as the same bytes), each row's e2m1 pairs, element 2i in the
+low nibble; scales uint8 (B, next_n, Hi, 4), its ue8m0 scale per 32 dims (or the same four bytes
+as one int32 (B, next_n, Hi), little-endian). Both are read in place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import torch
 
@@ -25,9 +30,12 @@ LOGITS_FORMATS = ("fp8_132", "mxfp4_68")
 HEAD_DIM = 128
 
 
+Query = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+
 @dataclass(frozen=True)
 class PagedLogitsCall:
-    q: torch.Tensor  # [T = B * next_n, Hi, 128] fp8 e4m3 or bf16
+    q: Query  # [T = B * next_n, Hi, 128] fp8 e4m3 or bf16, or MXFP4 (uint8[T, Hi, 64], uint8[T, Hi, 4])
     w: torch.Tensor  # fp32[T, Hi]
     cache: torch.Tensor  # uint8[blocks, page_bytes] view
     fmt: RecordFormat
@@ -39,12 +47,16 @@ class PagedLogitsCall:
     max_len: int
 
     @property
+    def q_values(self) -> torch.Tensor:
+        return self.q[0] if isinstance(self.q, tuple) else self.q
+
+    @property
     def rows(self) -> int:
-        return int(self.q.shape[0])
+        return int(self.q_values.shape[0])
 
     @property
     def heads(self) -> int:
-        return int(self.q.shape[1])
+        return int(self.q_values.shape[1])
 
 
 RowConstants = Callable[[int, int, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -59,11 +71,39 @@ def row_constants(b: int, next_n: int, device: torch.device) -> tuple[torch.Tens
             torch.arange(next_n, dtype=torch.int32, device=device) - (next_n - 1))
 
 
-def adapt(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
+def _mxfp4_query(q: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MXFP4 query pair as uint8 (values (B, next_n, Hi, 64), scales (B, next_n, Hi, 4)), in place."""
+    if len(q) != 2:
+        raise ValueError(f"an MXFP4 q is a pair (values, scales), got {len(q)} tensors")
+    v, sc = q
+    if v.dtype == torch.int8:
+        v = v.view(torch.uint8)
+    if v.dtype != torch.uint8 or v.dim() != 4 or v.shape[3] != HEAD_DIM // 2:
+        raise ValueError(f"MXFP4 q values must be uint8 (B, next_n, Hi, {HEAD_DIM // 2}), got {v.dtype}{tuple(v.shape)}")
+    if sc.dtype == torch.int32 and tuple(sc.shape) == tuple(v.shape[:3]) and sc.is_contiguous():
+        sc = sc.view(torch.uint8).view(*v.shape[:3], 4)  # four ue8m0 bytes a word, little-endian
+    if sc.dtype != torch.uint8 or tuple(sc.shape) != (*v.shape[:3], HEAD_DIM // 32):
+        raise ValueError(f"MXFP4 q scales must be uint8 (B, next_n, Hi, {HEAD_DIM // 32}), got {sc.dtype}{tuple(sc.shape)}")
+    return v, sc
+
+
+def _rows(q: Query, t: int, hi: int) -> Query:
+    """The query as the launcher takes it: [T, Hi, ...] (views; a copy only of a strided query)."""
+    if isinstance(q, tuple):
+        return tuple(x.reshape(t, hi, x.shape[3]).contiguous() for x in q)  # type: ignore[return-value]
+    return q.reshape(t, hi, HEAD_DIM)
+
+
+def adapt(q: Query, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
           block_table: torch.Tensor, max_model_len: int, constants: RowConstants) -> PagedLogitsCall:
-    if q.dim() != 4 or q.shape[3] != HEAD_DIM:
+    if isinstance(q, tuple):
+        q = _mxfp4_query(q)
+        lead = q[0].shape[:3]
+    elif q.dim() != 4 or q.shape[3] != HEAD_DIM:
         raise ValueError(f"q must be (B, next_n, Hi, {HEAD_DIM}), got {tuple(q.shape)}")
-    b, next_n, hi = (int(x) for x in q.shape[:3])
+    else:
+        lead = q.shape[:3]
+    b, next_n, hi = (int(x) for x in lead)
     t = b * next_n
     f = format_of(kv_cache, LOGITS_FORMATS, "kv_cache")
     cache, page = as_pages(kv_cache, f, "kv_cache")
@@ -74,7 +114,7 @@ def adapt(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, contex
                          f"got {context_lens.dtype}{tuple(context_lens.shape)}")
     if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != b:
         raise ValueError(f"block_table must be int32[B={b}, max_blocks], got {block_table.dtype}{tuple(block_table.shape)}")
-    seq_of, k_start, offs = constants(b, next_n, q.device)
+    seq_of, k_start, offs = constants(b, next_n, weights.device)
     if context_lens.dim() == 2:
         k_end = context_lens.reshape(t)
         if not k_end.is_contiguous():
@@ -84,7 +124,7 @@ def adapt(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, contex
         # next_n leaves the early rows empty, never negative.
         k_end = (context_lens[:, None] + offs[None, :]).clamp_(min=0).reshape(t)
     return PagedLogitsCall(
-        q=q.reshape(t, hi, HEAD_DIM), w=weights if weights.is_contiguous() else weights.contiguous(), cache=cache,
+        q=_rows(q, t, hi), w=weights if weights.is_contiguous() else weights.contiguous(), cache=cache,
         fmt=f, page_size=page, block_table=block_table if block_table.is_contiguous() else block_table.contiguous(),
         seq_of=seq_of, k_start=k_start, k_end=k_end, max_len=int(max_model_len),
     )

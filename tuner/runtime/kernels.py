@@ -23,7 +23,7 @@ from catalog.core import Config, ProblemKey
 from catalog.families import get_spec
 from catalog.families.base import measured_hash
 from tuner.kernels.decode import decode
-from tuner.kernels.logits import logits, q_dtype_name
+from tuner.kernels.logits import logits, query_dtype_name
 from tuner.kernels.pack import pack as pack_launch
 from tuner.runtime import deepgemm, flash_mla
 from tuner.runtime.bundle import KernelTable, Process, check, defaults_bundle, tables_from_bundle
@@ -270,14 +270,15 @@ class TunedKernels:
                         counters=self._counters_for(call.tokens, q.device))
         return flash_mla.outputs(o, lse, call)
 
-    def fp8_paged_mqa_logits(self, q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor,
-                             context_lens: torch.Tensor, block_table: torch.Tensor, schedule_metadata: Any,
-                             max_model_len: int, clean_logits: bool = True) -> torch.Tensor:
+    def fp8_paged_mqa_logits(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor,
+                             weights: torch.Tensor, context_lens: torch.Tensor, block_table: torch.Tensor,
+                             schedule_metadata: Any, max_model_len: int, clean_logits: bool = True) -> torch.Tensor:
         """DeepGEMM's paged MQA logits (see tuner/runtime/deepgemm.py): fp32[B * next_n,
-        max_model_len], -inf outside each row's range (with or without clean_logits).
-        schedule_metadata is accepted and unused."""
+        max_model_len], -inf outside each row's range (with or without clean_logits). `q` is fp8
+        or bf16 (B, next_n, Hi, 128), or an MXFP4 query `(values, scales)` as DeepGEMM's FP4 path
+        takes it (the logits key's query dtype "mxfp4"). schedule_metadata is accepted and unused."""
         call = deepgemm.adapt(q, kv_cache, weights, context_lens, block_table, max_model_len, self._row_constants)
-        fm = (call.fmt.name, q_dtype_name(q.dtype))
+        fm = (call.fmt.name, query_dtype_name(call.q))
         cfg = self.config_for("logits", fm, "B", call.rows, heads=call.heads, ctx=call.max_len)
         return logits(call.q, call.w, call.cache, call.fmt, call.page_size, call.block_table, call.seq_of,
                       call.k_start, call.k_end, call.max_len, cfg)

@@ -11,6 +11,9 @@ applied to the partial products, built with integer ops (fp8) or byte-permute ta
 their exponents, for one dot and one scale per key (fp8key, fp8keylut); bf16 values for a bf16
 dot, or the raw nibbles and scales for `tl.dot_scaled`),
 applies relu, weights by w and reduces over heads. Every output element is written.
+An MXFP4 query (q_dtype "mxfp4": a pair of values and ue8m0 scales, one mxfp4_68 record per row)
+goes to tl.dot_scaled as it is (`mxfp4q.scaled`), or is decoded once per program to e4m3 codes for
+the other dot paths (`mxfp4q.fp8`, ...), whose key path is unchanged.
 
 The family in three parts that change apart: `launch` (argument checks, the config a launch
 runs, the launches), `inputs` (inputs, warmup probes, run, verification) and `xcompile`
@@ -33,8 +36,10 @@ from catalog.families.logits import (DECODE_CTX, DECODING_DOTS, E2M1_ONLY_DOTS, 
 from tuner.kernels.base import KernelFamily, XCompileCase
 from tuner.kernels.logits import xcompile
 from tuner.kernels.logits.inputs import (TOL, _int_class, make_inputs, make_query, paged_sequences,  # noqa: F401
-                                         probe_contexts, random_cache, run_inputs, verify_inputs)
-from tuner.kernels.logits.launch import Q_DTYPES, logits, q_dtype_name, wgmma_descriptor  # noqa: F401
+                                         probe_contexts, query_rows, random_cache, run_inputs, to_device,
+                                         verify_inputs)
+from tuner.kernels.logits.launch import (Q_DTYPES, Query, logits, q_dtype_name, query_dtype_name,  # noqa: F401
+                                         query_tensors, wgmma_descriptor)
 from tuner.kernels.logits.xcompile import _wgmma_xcompile_case, _xcompile_case, arg_types  # noqa: F401
 
 

@@ -1,6 +1,7 @@
 """A logits launch's inputs (random records in a shuffled page pool, a decode batch or a causal
 prefill), the contexts a warmup probe launches at, the run from the inputs and the check against
-the float64 reference (FORMATS.md: bf16 and fp8 operands)."""
+the float64 reference (FORMATS.md: bf16 and fp8 operands). An MXFP4 query is a pair (values,
+scales) wherever a query goes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any, Sequence
 import torch
 
 from catalog.core import Bucket, Config, ProblemKey
-from catalog.families.logits import DECODE_CTX, HEAD_DIM, SEED_PAGE, _check_fmt, _key_parts
+from catalog.families.logits import DECODE_CTX, HEAD_DIM, MXFP4_Q, SEED_PAGE, _check_fmt, _key_parts
 from catalog.formats import RecordFormat
-from tuner.formats import alloc_cache
+from tuner.formats import alloc_cache, quantize_query
 from tuner.kernels.base import device_generator
 from tuner.kernels.logits.launch import logits
 from tuner.reference import compare, logits_reference
@@ -39,12 +40,26 @@ def random_cache(fmt: str | RecordFormat, num_pages: int, page_size: int, device
     return cache
 
 
-def make_query(t: int, heads: int, q_dtype: str, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def make_query(t: int, heads: int, q_dtype: str, g: torch.Generator) -> tuple[Any, torch.Tensor]:
+    """A random query in `q_dtype` and its weights. "mxfp4": the (values, scales) of a bf16 query
+    quantised by the reference (the records the pack family's query quantiser writes)."""
     q = torch.randn(t, heads, HEAD_DIM, generator=g)
     w = torch.randn(t, heads, generator=g) / math.sqrt(heads)
     if q_dtype == "fp8":
         return q.to(torch.float8_e4m3fn), w
+    if q_dtype == MXFP4_Q:
+        return quantize_query(q.to(torch.bfloat16)), w
     return q.to(torch.bfloat16), w
+
+
+def to_device(q: Any, device: str | torch.device) -> Any:
+    """A query (a tensor, or an MXFP4 pair) on `device`."""
+    return tuple(x.to(device) for x in q) if isinstance(q, tuple) else q.to(device)
+
+
+def query_rows(q: Any, rows: torch.Tensor) -> Any:
+    """Rows of a query (a tensor, or an MXFP4 pair)."""
+    return tuple(x[rows] for x in q) if isinstance(q, tuple) else q[rows]
 
 
 def paged_sequences(lengths: Sequence[int], page_size: int, g: torch.Generator, spare_pages: int = 0) -> tuple[torch.Tensor, int]:
@@ -103,14 +118,19 @@ def make_inputs(key: ProblemKey, bucket: Bucket, device: str, seed: int, page_si
     lengths, seq_of, k_start, k_end = _positions(bucket, ctx)
     t = len(seq_of)
     bt, num_pages = paged_sequences(lengths, page_size, g)
-    q, w = make_query(t, key.heads, qdt, g)
+    # A probe's MXFP4 query: zero records of its shapes (nothing specialises on their bytes; quantising
+    # a 4096-token prefill's query per probed size would cost seconds each).
+    probe_q4 = probe and qdt == MXFP4_Q
+    q, w = make_query(t, key.heads, "bf16" if probe_q4 else qdt, g)
+    if probe_q4:
+        q = (torch.zeros(t, key.heads, HEAD_DIM // 2, dtype=torch.uint8), torch.zeros(t, key.heads, 4, dtype=torch.uint8))
     if probe:  # the block table's shape (max_pages is a kernel integer), every entry on one zero page
         bt.zero_()
         cache = alloc_cache(f, 1, page_size, device=device, fill=0)
     else:
         cache = random_cache(f, num_pages, page_size, device, g)
     return {
-        "q": q.to(device), "w": w.to(device),
+        "q": to_device(q, device), "w": w.to(device),
         "cache": cache,
         "page_size": page_size, "block_table": bt.to(device),
         "seq_of": seq_of.to(device), "k_start": k_start.to(device), "k_end": k_end.to(device),
@@ -135,9 +155,9 @@ def verify_inputs(key: ProblemKey, inputs: dict[str, Any], outputs: torch.Tensor
         g = torch.Generator().manual_seed(seed)
         mid = torch.randperm(t - 2, generator=g)[: max_rows - 2] + 1
         rows = torch.cat([torch.tensor([0, t - 1]), mid]).sort().values
-    dev = inputs["q"].device
+    dev = inputs["w"].device
     r = rows.to(dev)
-    ref = logits_reference(inputs["q"][r], inputs["w"][r], inputs["cache"], key.formats[0], inputs["page_size"],
+    ref = logits_reference(query_rows(inputs["q"], r), inputs["w"][r], inputs["cache"], key.formats[0], inputs["page_size"],
                            inputs["block_table"], inputs["seq_of"][r], inputs["k_start"][r], inputs["k_end"][r],
                            inputs["max_len"], chunk=2)
     err = compare(outputs[r], ref, TOL)

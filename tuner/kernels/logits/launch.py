@@ -1,24 +1,29 @@
 """The logits launcher: argument checks, the config a launch runs, and the launches of
 logits_kernel (gathered rows or tensor-descriptor loads) and of the wgmma path's
 logits_wgmma_kernel. Inputs, verification and cross-compile cases live beside it (`inputs`,
-`xcompile`)."""
+`xcompile`).
+
+A query is a tensor (bf16 or fp8 e4m3, [T, Hi, 128]) or an MXFP4 query `(values, scales)`:
+uint8[T, Hi, 64] and uint8[T, Hi, 4], one mxfp4_68 record per row (`tuner.kernels.pack.quant_query`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from catalog.core import Config
-from catalog.families.logits import (WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads, config_legality,
-                                     default_config, desc_box, render_variant, scale_desc, space)
+from catalog.families.logits import (MXFP4_Q, WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads,
+                                     config_legality, default_config, desc_box, render_variant, scale_desc, space)
 from catalog.formats import RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.targets import detect
 
 Q_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+Query = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # a bf16/fp8 tensor, or MXFP4 (values, scales)
 
 
 def q_dtype_name(dtype: torch.dtype) -> str:
@@ -33,11 +38,37 @@ def _check_index(name: str, t: torch.Tensor, shape: tuple[int, ...], device: tor
         raise ValueError(f"{name} must be a contiguous int32{list(shape)} on {device}, got {t.dtype}{list(t.shape)} on {t.device}")
 
 
-def _check_query(q: torch.Tensor, w: torch.Tensor, f: RecordFormat) -> tuple[str, int, int]:
+def query_dtype_name(q: Query) -> str:
+    """The query dtype a logits key names for `q`: "mxfp4" for a (values, scales) pair."""
+    return MXFP4_Q if isinstance(q, tuple) else q_dtype_name(q.dtype)
+
+
+def query_tensors(q: Query) -> tuple[torch.Tensor, ...]:
+    """The kernel's query arguments: (values, scales) of an MXFP4 query, else (q,)."""
+    return tuple(q) if isinstance(q, tuple) else (q,)
+
+
+def _check_mxfp4_query(q: tuple[torch.Tensor, torch.Tensor], dims: int) -> None:
+    if len(q) != 2:
+        raise ValueError(f"an MXFP4 query is a pair (values, scales), got {len(q)} tensors")
+    v, sc = q
+    if v.dtype != torch.uint8 or v.dim() != 3 or v.shape[2] != dims // 2 or not v.is_contiguous():
+        raise ValueError(f"MXFP4 query values must be a contiguous uint8[T, heads, {dims // 2}], got {v.dtype}{list(v.shape)}")
+    shape = (v.shape[0], v.shape[1], dims // 32)
+    if sc.dtype != torch.uint8 or tuple(sc.shape) != shape or not sc.is_contiguous() or sc.device != v.device:
+        raise ValueError(f"MXFP4 query scales must be a contiguous uint8{list(shape)} on {v.device}, "
+                         f"got {sc.dtype}{list(sc.shape)} on {sc.device}")
+
+
+def _check_query(q: Query, w: torch.Tensor, f: RecordFormat) -> tuple[str, int, int]:
     """(query dtype name, T, heads) of a query and its weights as `logits` takes them."""
-    if q.dim() != 3 or q.shape[2] != f.dims:
-        raise ValueError(f"q must be [T, heads, {f.dims}], got {list(q.shape)}")
-    qdt = q_dtype_name(q.dtype)
+    if isinstance(q, tuple):
+        _check_mxfp4_query(q, f.dims)
+        qdt, q = MXFP4_Q, q[0]
+    else:
+        if q.dim() != 3 or q.shape[2] != f.dims:
+            raise ValueError(f"q must be [T, heads, {f.dims}], got {list(q.shape)}")
+        qdt = q_dtype_name(q.dtype)
     t, hi = q.shape[0], q.shape[1]
     _check_heads(hi)
     if not q.is_contiguous():
@@ -82,6 +113,8 @@ def _checked_config(config: Config | None, f: RecordFormat, qdt: str, hi: int, p
     cfg = config or default_config(f, qdt, hi)
     # Configs tuned before the MMA, PREFETCH and LOADS axes existed meant what the kernel did then.
     cfg = Config.from_dict({"MMA": "heads_m", "PREFETCH": 0, "LOADS": "gather", **cfg.as_dict()})
+    if qdt == MXFP4_Q and "query" not in cfg.as_dict():
+        cfg = cfg.replace(query=MXFP4_Q)  # an MXFP4 query's configs say so (a config given without it)
     why = space(f, qdt, hi).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible logits config {cfg.to_json()}: {why}")
@@ -96,7 +129,7 @@ def _checked_config(config: Config | None, f: RecordFormat, qdt: str, hi: int, p
 
 
 def logits(
-    q: torch.Tensor,
+    q: Query,
     w: torch.Tensor,
     cache: torch.Tensor,
     fmt: str | RecordFormat,
@@ -111,13 +144,15 @@ def logits(
 ) -> torch.Tensor:
     """MQA indexer logits: fp32[T, max_len], `sum_h w[t,h] * relu(q[t,h] . K_j)` for
     `k_start[t] <= j < k_end[t]` (K_j: position j of sequence `seq_of[t]`), -inf elsewhere.
+    `q`: bf16 or fp8 e4m3 [T, heads, 128], or an MXFP4 query (values uint8[T, heads, 64], scales
+    uint8[T, heads, 4]).
 
     `out` (optional, fp32[T, max_len] contiguous) is written in place, so a caller can capture the
     launch in a CUDA graph. Index tensors are read on the device: no host synchronisation.
     """
     f = _check_fmt(fmt)
     qdt, t, hi = _check_query(q, w, f)
-    dev = q.device
+    dev = w.device
     pb = _check_cache(cache, f, page_size, dev)
     _check_positions(block_table, seq_of, k_start, k_end, t, max_len, dev)
     out = _output(out, t, max_len, dev)
@@ -126,7 +161,7 @@ def logits(
         return out
     if block_table.shape[0] == 0 or block_table.shape[1] == 0:
         raise ValueError("block_table must have at least one sequence and one page column")
-    mod = R.load(render_variant(f, cfg["dot"], cfg["backend"]))
+    mod = R.load(render_variant(f, cfg["dot"], cfg["backend"], qdt))
     launch = _launch_wgmma if cfg["dot"] == "wgmma" else _launch_triton
     launch(mod, q, w, cache, f, page_size, pb, block_table, seq_of, k_start, k_end, max_len, cfg, out)
     return out
@@ -145,11 +180,12 @@ def _launch_wgmma(mod: Any, q: torch.Tensor, w: torch.Tensor, cache: torch.Tenso
     )
 
 
-def _launch_triton(mod: Any, q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, f: RecordFormat, page_size: int,
+def _launch_triton(mod: Any, q: Query, w: torch.Tensor, cache: torch.Tensor, f: RecordFormat, page_size: int,
                    pb: int, block_table: torch.Tensor, seq_of: torch.Tensor, k_start: torch.Tensor,
                    k_end: torch.Tensor, max_len: int, cfg: Config, out: torch.Tensor) -> None:
     """logits_kernel over checked arguments: a program takes QT tokens against TILES tiles."""
-    t, hi = q.shape[0], q.shape[1]
+    qs = query_tensors(q)
+    t, hi = qs[0].shape[0], qs[0].shape[1]
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
     tile_lookup = cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
     # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
@@ -165,10 +201,10 @@ def _launch_triton(mod: Any, q: torch.Tensor, w: torch.Tensor, cache: torch.Tens
         s_desc = TensorDescriptor(scales, [cache.shape[0], page_size], [pb // 4, 1], [1, bn])
     grid = (triton.cdiv(max_len, bn * tiles), triton.cdiv(t, qt))
     mod.logits_kernel[grid](
-        q, w, cache, k_desc, s_desc, block_table, seq_of, k_start, k_end, out,
+        *qs, w, cache, k_desc, s_desc, block_table, seq_of, k_start, k_end, out,
         t, max_len, block_table.shape[1], pb,
         HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
-        TILE_LOOKUP=tile_lookup, Q_FP8=q.dtype == Q_DTYPES["fp8"],
+        TILE_LOOKUP=tile_lookup, Q_FP8=qs[0].dtype == Q_DTYPES["fp8"],
         KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]), DESC=desc,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )

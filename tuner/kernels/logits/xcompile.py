@@ -5,14 +5,16 @@ signature is its kernel's own parameter list (`tuner.kernels.signature`), typed 
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.logits import (DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS, SEED_HEADS,
-                                     SEED_PAGE, VARIANTS, WGMMA_BLOCK_N, WGMMA_DESC_TYPE, default_config, desc_box,
-                                     dot_config, parse_variant, render_variant, scale_desc, variant_name)
+from catalog.families.logits import (BASE_VARIANTS, DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS,
+                                     MXFP4_Q, MXFP4Q_VARIANTS, SEED_HEADS, SEED_PAGE, WGMMA_BLOCK_N, WGMMA_DESC_TYPE,
+                                     default_config, desc_box, dot_config, parse_variant, render_variant, scale_desc,
+                                     variant_name)
 from catalog.formats import get_format
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.signature import kernel_signature
 
-Q_TYPES: dict[str, str] = {"bf16": "*bf16", "fp8": "*fp8e4nv"}  # Triton's pointer type of each query dtype
+# Triton's pointer type of each query dtype (an MXFP4 query's values; its scales are qs_ptr's).
+Q_TYPES: dict[str, str] = {"bf16": "*bf16", "fp8": "*fp8e4nv", "mxfp4": "*u8"}
 
 # Page bytes are a multiple of 16 at every page size (16 to 256 records of 68 or 132 B); so are the
 # seed's context (64K), page count and batch.
@@ -24,7 +26,7 @@ def arg_types(q_dtype: str, k_desc: str = "*u8", s_desc: str = "*u8") -> dict[st
     the query's by its dtype, the descriptors' as the launch passes them (the cache again where it
     loads no tile by descriptor)."""
     return {
-        "q_ptr": Q_TYPES[q_dtype], "w_ptr": "*fp32", "cache_ptr": "*u8", "k_desc": k_desc, "s_desc": s_desc,
+        "q_ptr": Q_TYPES[q_dtype], "qs_ptr": "*u8", "w_ptr": "*fp32", "cache_ptr": "*u8", "k_desc": k_desc, "s_desc": s_desc,
         "bt_ptr": "*i32", "seq_ptr": "*i32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32",
         "n_tokens": "i32", "max_len": "i32", "max_pages": "i32", "page_bytes": "i32",
     }
@@ -55,9 +57,9 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
     desc = cfg.get("LOADS", "gather") == "descriptor"
     k_desc = f"tensordesc<u8[1, {cfg['BLOCK_N']}, {desc_box(f, dot)}]>" if desc else "*u8"
     s_desc = f"tensordesc<i32[1, {cfg['BLOCK_N']}]>" if desc and scale_desc(f, dot, cfg["BLOCK_N"]) else "*u8"
-    rendered = render_variant(fmt, dot, backend)
+    rendered = render_variant(fmt, dot, backend, q_dtype)
     return XCompileCase(
-        variant=variant_name(dot, backend),
+        variant=variant_name(dot, backend, q_dtype),
         rendered=rendered,
         kernel_name="logits_kernel",
         signature=kernel_signature(rendered, "logits_kernel", arg_types(q_dtype, k_desc, s_desc)),
@@ -77,10 +79,11 @@ def xcompile_cases() -> list[XCompileCase]:
     """Every variant on the formats it reads, at the seed shape: the fp8 and scaled paths with an
     fp8 query, the bf16 path with a bf16 query; plus a prefill config (QT=2, 32 heads per dot),
     the heads-on-M orientation and PREFETCH of the fp8 and scaled paths, and descriptor loads on
-    both formats (on the key-scaled paths, of the scale rows too)."""
+    both formats (on the key-scaled paths, of the scale rows too); and every MXFP4-query variant on
+    the formats it reads (`_mxfp4q_cases`)."""
     cases = []
     for fmt in LOGITS_FORMATS:
-        for variant in VARIANTS:
+        for variant in BASE_VARIANTS:
             dot, backend = parse_variant(variant)
             if (backend != "soft" or dot in E2M1_ONLY_DOTS) and get_format(fmt).elem != "e2m1":
                 continue
@@ -107,4 +110,20 @@ def xcompile_cases() -> list[XCompileCase]:
     for dot in KEY_SCALED_DOTS:
         cases.append(_xcompile_case("mxfp4_68", dot, "soft", "fp8", cfg.replace(dot=dot),
                                     "mxfp4_68 q=fp8 descriptor, scale rows too"))
+    return cases + _mxfp4q_cases()
+
+
+def _mxfp4q_cases() -> list[XCompileCase]:
+    """The MXFP4-query variants at the seed shape, each on the cache formats it reads (the e2m1-only
+    dot paths and the e2m1 decode backends on mxfp4_68 only), and the prefill tile of the default."""
+    cases = []
+    for fmt in LOGITS_FORMATS:
+        for variant in MXFP4Q_VARIANTS:
+            dot, backend = parse_variant(variant)
+            if (backend != "soft" or dot in E2M1_ONLY_DOTS) and get_format(fmt).elem != "e2m1":
+                continue
+            cfg = dot_config(default_config(fmt, MXFP4_Q), dot, backend)
+            cases.append(_xcompile_case(fmt, dot, backend, MXFP4_Q, cfg, f"{fmt} q={MXFP4_Q}"))
+    prefill = default_config("mxfp4_68", MXFP4_Q).replace(QT=2, HEADS=32, BLOCK_N=128, PAGE_LOOKUP="key")
+    cases.append(_xcompile_case("mxfp4_68", "fp8", "soft", MXFP4_Q, prefill, f"mxfp4_68 q={MXFP4_Q} QT=2 HEADS=32"))
     return cases
