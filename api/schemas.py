@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from catalog.families import family_names, get_spec
 from catalog.families.logits import Q_DTYPE_NAMES
+from catalog.families.pack import QUERY_DEST
 from catalog.formats import FORMATS
 from catalog.keys import make_key
 from catalog.searches import DEFAULT_SEARCH, SEARCHES
@@ -24,7 +25,9 @@ from catalog.targets import TARGETS
 KERNELS: tuple[str, ...] = family_names()
 ARCHS: tuple[str, ...] = tuple(sorted(TARGETS))
 # A key's formats: record formats, and for logits the query dtype as its second entry.
-FORMAT_NAMES: tuple[str, ...] = tuple(sorted(FORMATS)) + tuple(q for q in Q_DTYPE_NAMES if q not in FORMATS)
+# Record formats, the logits query dtypes, and pack's "query" destination (the MXFP4 query quantiser).
+FORMAT_NAMES: tuple[str, ...] = (tuple(sorted(FORMATS)) + tuple(q for q in Q_DTYPE_NAMES if q not in FORMATS)
+                                 + (QUERY_DEST,))
 # The batch dimensions of the families' buckets (pack N; decode T; logits T and B).
 BUCKET_DIMS: tuple[str, ...] = tuple(sorted({b.dim for n in KERNELS for b in get_spec(n).buckets(make_key(n, "interp"))}))
 

@@ -22,11 +22,13 @@ def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: i
     no window."""
     fm = tuple(formats) if formats else ()
     if kernel == "pack":
-        from catalog.families.pack import pack_key
+        from catalog.families.pack import QUERY_DEST, pack_key
 
-        if len(fm) > 1:
-            raise ValueError(f"pack takes one record format, got {list(fm)}")
-        return pack_key(fm[0] if fm else PACK_FORMAT, arch)
+        # (record format,) writes a paged cache; (record format, "query") the dense query records of
+        # the MXFP4 indexer query (the quantiser's own key: it never shares configs with the cache's).
+        if len(fm) > 2 or (len(fm) == 2 and fm[1] != QUERY_DEST):
+            raise ValueError(f"pack takes one record format, or a format and {QUERY_DEST!r}, got {list(fm)}")
+        return pack_key(fm[0] if fm else PACK_FORMAT, arch, fm[1] if len(fm) == 2 else None)
     # Each family's format check runs here, so a key that exists can always be defaulted and rendered
     # (a bundle skips a family whose key raises ValueError; a later failure would be a 500).
     if kernel == "decode":
@@ -73,7 +75,8 @@ def key_notes(key: ProblemKey, asked_formats: Sequence[str] | None = None) -> li
     a heads=16 bundle's `logits...h64` is explained where it is made."""
     notes: list[str] = []
     if key.kernel == "pack":
-        notes.append(f"pack is keyed by its record format ({key.formats[0]}) on {key.arch}: heads, topk and "
+        what = "the query quantiser" if key.formats[1:] == ("query",) else "pack"
+        notes.append(f"{what} is keyed by its record format ({key.formats[0]}) on {key.arch}: heads, topk and "
                      "window do not apply and are stored as 0")
     elif key.kernel == "logits":
         notes.append(f"logits scores with the indexer's {LOGITS_HEADS} index heads of {LOGITS_HEAD_DIM} dims, "

@@ -39,6 +39,8 @@ def test_jobs_and_bundles_say_what_their_key_ignores_or_fixes(api: tuple[httpx.C
     pack = _tune(http, kernel="pack", arch="interp", formats=["fp8_528"])
     assert pack["key_slug"].startswith("pack.interp.h0.k0.w0")
     assert any("heads, topk and window do not apply" in n for n in pack["notes"]), pack["notes"]
+    query = _tune(http, kernel="pack", arch="interp", formats=["mxfp4_68", "query"])  # the MXFP4 query quantiser
+    assert query["key_slug"].endswith("mxfp4_68+query") and "the query quantiser is keyed" in query["notes"][0]
     logits = _tune(http, kernel="logits", arch="interp")
     assert any("64 index heads" in n for n in logits["notes"]) and any("defaulted" in n for n in logits["notes"])
     decode = _tune(http, kernel="decode", arch="interp")

@@ -245,8 +245,11 @@ def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
     case = FAMILY.compile_case(key, cfg)
     assert case is not None and case.kernel_name == "quant_query_kernel" and case.detail == "mxfp4_68+query"
     assert FAMILY.compile_case(pack_key("mxfp4_68", "interp"), cfg) is None
-    with pytest.raises(ValueError, match="pack takes one record format"):  # make_key does not name it yet
-        make_key("pack", "interp", formats=["mxfp4_68", "query"])
+    assert make_key("pack", "interp", formats=["mxfp4_68", "query"]) == key  # what the CLI and the API build
+    with pytest.raises(ValueError, match="queries are quantised to"):
+        make_key("pack", "interp", formats=["fp8_528", "query"])
+    with pytest.raises(ValueError, match="pack takes one record format"):
+        make_key("pack", "interp", formats=["mxfp4_68", "cache"])
     inputs = FAMILY.make_inputs(key, Bucket("N", 1, 300), device, seed=2)
     out = FAMILY.run(key, cfg, inputs)
     assert FAMILY.verify(key, inputs, out) is None
