@@ -210,6 +210,10 @@ def test_fp8_paged_mqa_logits_takes_an_mxfp4_query_pair(tk: TunedKernels, fmt: s
     x = torch.randn(b, next_n, HI, 128, generator=g).to(torch.bfloat16).to(device)
     values, scales = quant_query(x)
     assert values.shape == (b, next_n, HI, 64) and scales.shape == (b, next_n, HI, 4)
+    # The runtime's quantiser gives the same bytes, under the quantiser's own key.
+    rv, rs = tk.quant_query(x)
+    assert torch.equal(rv, values) and torch.equal(rs, scales)
+    assert any(k.formats == ("mxfp4_68", "query") for (k, _, _) in tk.misses.totals)
     w = (torch.randn(b * next_n, HI, generator=g) / 8).to(device)
     lens = torch.tensor(ctx, dtype=torch.int32, device=device)
     kv = flat.view(pages, page, 1, get_format(fmt).bytes_per_token)

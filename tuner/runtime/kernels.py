@@ -25,6 +25,7 @@ from catalog.families.base import measured_hash
 from tuner.kernels.decode import decode
 from tuner.kernels.logits import logits, query_dtype_name
 from tuner.kernels.pack import pack as pack_launch
+from tuner.kernels.pack import quant_query as quant_query_launch
 from tuner.runtime import deepgemm, flash_mla
 from tuner.runtime.bundle import KernelTable, Process, check, defaults_bundle, tables_from_bundle
 from tuner.runtime.dispatch import MissCounter, MissReporter
@@ -204,7 +205,7 @@ class TunedKernels:
             if kernel == "pack":
                 from catalog.families.pack import pack_key
 
-                key = pack_key(formats[0], arch)
+                key = pack_key(formats[0], arch, formats[1] if len(formats) == 2 else None)
             assert key is not None
             got = (get_spec(kernel).default_config(key), key)
             self._defaults[(kernel, formats, heads)] = got
@@ -295,6 +296,15 @@ class TunedKernels:
         cfg = self.config_for("pack", (fmt,), "N", int(x.shape[0]))
         pack_launch(x, slots, flat, fmt, p, cfg)
         return cache
+
+    def quant_query(self, x: torch.Tensor, values: torch.Tensor | None = None,
+                    scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The indexer's MXFP4 query: x[..., 128] (e.g. (B * next_n, Hi, 128) bf16) as
+        (values uint8[..., 64], scales uint8[..., 4]), what `fp8_paged_mqa_logits` takes as `q`; the
+        config of the call's bucket (N = rows of 128 dims) from the bundle's ("mxfp4_68", "query") key."""
+        rows = x.numel() // x.shape[-1] if x.dim() else 0
+        cfg = self.config_for("pack", ("mxfp4_68", "query"), "N", rows)
+        return quant_query_launch(x, cfg, values, scales)
 
 
 def fetch_bundle(client: Any, arch: str, heads: int, topk: int, window: int, formats: FormatsArg,
