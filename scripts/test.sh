@@ -14,9 +14,11 @@ fi
 
 phase "virtual environment .venv/ with torch==2.13.0 (the CPU build), triton 3.6.0 and kvtune[tuner,test] (~1-3 min)"
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -qq --disable-pip-version-check --upgrade pip
 # torch==2.13.0 named first takes the CPU build on this machine's disk instead of a CUDA download.
-.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 -e '.[tuner,test]'
+# -qq and no Python warnings: errors still show, but not a machine's pip configuration naming index
+# folders it lacks (a warning a package) nor setuptools' note on editable installs.
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq --disable-pip-version-check torch==2.13.0 -e '.[tuner,test]'
 
-phase "pytest: the whole suite (interpreter kernels, cross-compile tables, real uvicorn, PostgreSQL, Chromium; ~10-15 min on 2 cores)"
+phase "pytest: the whole suite (interpreter kernels, cross-compile tables, real uvicorn, PostgreSQL, Chromium; ~15 min on 2 cores)"
 exec .venv/bin/python -m pytest -q --durations=15 "$@"
