@@ -119,6 +119,8 @@ def adapt(q: Query, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens:
         k_end = context_lens.reshape(t)
         if not k_end.is_contiguous():
             k_end = k_end.contiguous()
+    elif next_n == 1:  # each row ends at its context length: the engine's tensor as it is, no kernel
+        k_end = context_lens if context_lens.is_contiguous() else context_lens.contiguous()
     else:
         # Row b*next_n + i sees positions < context_len - next_n + i + 1; a context shorter than
         # next_n leaves the early rows empty, never negative.
