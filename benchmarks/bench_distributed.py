@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,10 +32,15 @@ from sqlalchemy import select  # noqa: E402
 
 from db.models import TrialResult  # noqa: E402
 from db.session import Database  # noqa: E402
-from tests.service.procs import free_port  # noqa: E402
 from tuner.runtime.client import KvtuneClient  # noqa: E402
 
 SHAPE = {"heads": 16, "topk": 512, "window": 128}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _start(cli: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
