@@ -35,22 +35,28 @@ def _pg_connect(dbname: str | None = None):  # noqa: ANN202
     )
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh database for this session; yields its SQLAlchemy URL."""
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A uniquely named, empty PostgreSQL database, dropped at the end whatever is still connected;
+    yields its SQLAlchemy URL. Skips the test where no PostgreSQL answers (see the module doc)."""
     try:
         admin = _pg_connect()
     except Exception as e:  # noqa: BLE001
         if os.environ.get("KVTUNE_REQUIRE_POSTGRES") == "1":
             raise
         pytest.skip(f"no PostgreSQL at {PG_URL}: {e}")
-    name = f"kvtune_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh database for this session; yields its SQLAlchemy URL."""
+    yield from scratch_database("kvtune_test")
 
 
 @pytest.fixture(params=BACKENDS)

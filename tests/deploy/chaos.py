@@ -5,15 +5,13 @@ now and then, as an operator's `pg_terminate_backend` (or a failover) would."""
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 from typing import Iterator
 
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.db.fixtures import PG_URL, _pg_connect
+from tests.db.fixtures import scratch_database
 
 # The issue's statement, sparing only the killers themselves (two may run at once).
 TERMINATE = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -23,21 +21,8 @@ TERMINATE = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
 @pytest.fixture
 def scratch_pg() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test (dropped after it, whatever is still
-    connected); yields its SQLAlchemy URL. Skipped where no PostgreSQL answers, as the fixtures of
-    tests/db/fixtures.py are."""
-    try:
-        admin = _pg_connect()
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get("KVTUNE_REQUIRE_POSTGRES") == "1":
-            raise
-        pytest.skip(f"no PostgreSQL at {PG_URL}: {e}")
-    name = f"kvtune_chaos_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    connected); yields its SQLAlchemy URL."""
+    yield from scratch_database("kvtune_chaos")
 
 
 def terminate_all(url: str) -> int:
