@@ -1,10 +1,12 @@
 """Indexer logits benchmark (issue 4): every legal variant checked against the float64 reference at
 the seed shape (64 heads x 128, page 64), then default vs best-of-a-small-sweep vs the byte floor for
 decode (B = 1, 8, 32, 64 sequences x 64K context, one query token each) and prefill (4K query tokens
-x 16K context, causal), for mxfp4_68 and fp8_132 with an fp8 query. Timed with CUDA graph replay
-(median); decode at small B rotates over disjoint sequences so the cache is not L2-resident.
+x 16K context, causal), for mxfp4_68 and fp8_132 with an fp8 query (`--q-dtypes fp8,mxfp4` adds
+the MXFP4 query of issue 25, `(values, scales)`, timed in the same run). Timed with CUDA graph
+replay (median); decode at small B rotates over disjoint sequences so the cache is not L2-resident.
 
     python benchmarks/bench_logits.py --out benchmarks/results          # on a GPU, ~3-4 minutes
+    python benchmarks/bench_logits.py --q-dtypes fp8,mxfp4 --shapes B=64 --name logits_mxfp4_query
     TRITON_INTERPRET=1 python benchmarks/bench_logits.py --smoke        # tiny shapes, on the CPU
 """
 
@@ -33,11 +35,12 @@ from tuner.targets import detect  # noqa: E402
 NOMINAL_H200_BW = 4.27e12  # the issue's measured copy bandwidth, used only where none can be measured
 
 
-def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list[str] | None = None) -> list[Config]:
+def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list[str] | None = None,
+                  q_dtype: str = "fp8") -> list[Config]:
     """The default, then a few hand-picked points (bigger tiles, deeper pipelines, dot_scaled, query
     groups for prefill), or the `given` ones ("NAME=v,..." over the default); the ones infeasible
-    or illegal on this target are dropped."""
-    d = default_config(fmt, "fp8")
+    or illegal on this target are dropped (so an MXFP4 query keeps the dot paths it has)."""
+    d = default_config(fmt, q_dtype)
     # Measured on the H200 (2026-11-29, B=64 x 64K): heads_m with the fp8 dot at 53-105 TFLOP/s,
     # dot_scaled and keys_m (the default since) at 160-175; deeper pipelines and 256-key tiles
     # never helped. Every pick names its MMA orientation.
@@ -88,7 +91,7 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
         picks = [d.replace(BLOCK_N=32, TILES=2)]
     if given is not None:
         picks = [parse_cfg(text, d) for text in given]
-    sp = space(fmt, "fp8")
+    sp = space(fmt, q_dtype)
     out = [d]
     for c in picks:
         if sp.infeasible(c) is None and legality(variant_of(c), target) is None and c not in out:
@@ -125,9 +128,13 @@ def check_variants(fmt: str, target: str, device: str, smoke: bool) -> dict[str,
     return res
 
 
+def _query_slice(q: Any, r: slice) -> Any:
+    return tuple(t[r] for t in q) if isinstance(q, tuple) else q[r]  # an MXFP4 query is (values, scales)
+
+
 def logits_run(key, cfg: Config, inp: dict[str, Any], rows: slice | None = None) -> torch.Tensor:
     r = rows or slice(None)
-    return logits(inp["q"][r], inp["w"][r], inp["cache"], key.formats[0], inp["page_size"], inp["block_table"],
+    return logits(_query_slice(inp["q"], r), inp["w"][r], inp["cache"], key.formats[0], inp["page_size"], inp["block_table"],
                   inp["seq_of"][r], inp["k_start"][r], inp["k_end"][r], inp["max_len"], cfg, out=inp["out"][r])
 
 
@@ -144,17 +151,17 @@ def _timer(smoke: bool) -> Callable[[Callable[[], Any]], float]:
 
 
 def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, target: str, copy_bw: float, smoke: bool,
-                deadline: float = float("inf"), picks: list[str] | None = None) -> dict:
+                deadline: float = float("inf"), picks: list[str] | None = None, q_dtype: str = "fp8") -> dict:
     """Time every sweep config at one shape. `inp` holds n_rot disjoint groups of bucket.rep tokens:
     one timed call launches the kernel once per group and the time is divided by n_rot, so the
     groups' caches together exceed L2 (as in serving, where nothing is L2-resident). Past
     `deadline` (time.time()) only the default is timed."""
-    key = logits_key(fmt, "fp8")
+    key = logits_key(fmt, q_dtype)
     n = bucket.rep
     moved, flops = logits_bytes(key, bucket), logits_flops(key, bucket)
     timer = _timer(smoke)
     rows = []
-    for i, c in enumerate(sweep_configs(fmt, bucket.dim == "T", target, smoke, picks)):
+    for i, c in enumerate(sweep_configs(fmt, bucket.dim == "T", target, smoke, picks, q_dtype)):
         if i > 0 and time.time() > deadline:
             rows.append({"config": c.as_dict(), "skipped": "time budget"})
             continue
@@ -176,14 +183,25 @@ def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, targe
               flush=True)
     ok = [r for r in rows if "us" in r and r["verify"] == "ok"]
     floor = moved / copy_bw * 1e6
-    return {"format": fmt, "shape": _shape_name(bucket), "bytes_moved": moved, "flops": flops, "floor_us": floor,
+    return {"format": fmt, "q_dtype": q_dtype, "shape": _shape_name(bucket), "bytes_moved": moved, "flops": flops, "floor_us": floor,
             "default": rows[0], "best": min(ok, key=lambda r: r["us"]) if ok else None, "rows": rows}
+
+
+def time_quantiser(b: int, timer: Callable[[Callable[[], Any]], float], device: str) -> dict[str, Any]:
+    """The MXFP4 query's own kernel (`quant_query`, default config) on the query a decode step of B
+    sequences feeds the logits kernel: B x 64 heads x 128 bf16 dims."""
+    from tuner.kernels.pack import quant_query
+
+    x = torch.randn(b, 64, 128, device=device).to(torch.bfloat16)
+    values, scales = quant_query(x)
+    return {"rows": b * 64, "us": timer(lambda: quant_query(x, None, values, scales))}
 
 
 def _rows_view(inp: dict[str, Any], r: slice) -> dict[str, Any]:
     v = dict(inp)
-    for k in ("q", "w", "seq_of", "k_start", "k_end", "out"):
+    for k in ("w", "seq_of", "k_start", "k_end", "out"):
         v[k] = inp[k][r]
+    v["q"] = _query_slice(inp["q"], r)
     return v
 
 
@@ -196,26 +214,30 @@ def markdown(payload: dict) -> str:
     lines = [
         "# Indexer logits benchmark (issue 4)", "",
         f"{p['gpu']} ({p['arch']}), torch {p['torch']}, triton {p['triton']}, {p['date']}. "
-        f"Copy bandwidth {payload['copy_bw'] / 1e12:.2f} TB/s (read + write). fp8 query, 64 heads x 128, page 64. "
+        f"Copy bandwidth {payload['copy_bw'] / 1e12:.2f} TB/s (read + write). 64 heads x 128, page 64. "
         "CUDA graph replay, median; the floor is the bytes one launch must move at the copy bandwidth.", "",
         "## Correctness (all legal variants, subset of rows vs the float64 reference)", "",
         "| format | variant | result |", "|---|---|---|",
     ]
+    if "quantiser" in payload:
+        qz = payload["quantiser"]
+        lines[-4:-4] = [f"The MXFP4 query's quantiser (`quant_query`, default config) on {qz['rows']} rows of 128 bf16 "
+                        f"dims: {qz['us']:.1f} us, a kernel of its own before the logits kernel.", ""]
     for fmt, res in payload["checks"].items():
         for v, r in res.items():
             lines.append(f"| {fmt} | {v} | {r} |")
     lines += ["", "## Timing", "",
-              "| format | shape | default us | best us | best config | floor us | best TFLOP/s | best TB/s | best / floor |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| format | query | shape | default us | best us | best config | floor us | best TFLOP/s | best TB/s | best / floor |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in payload["shapes"]:
         d, b = s["default"], s["best"]
         dus = f"{d['us']:.1f}" if "us" in d else "error"
         if b:
             cfg = ",".join(f"{k}={v}" for k, v in sorted(b["config"].items()))
-            lines.append(f"| {s['format']} | {s['shape']} | {dus} | {b['us']:.1f} | {cfg} | {s['floor_us']:.1f} | "
+            lines.append(f"| {s['format']} | {s.get('q_dtype', 'fp8')} | {s['shape']} | {dus} | {b['us']:.1f} | {cfg} | {s['floor_us']:.1f} | "
                          f"{b['tflops']:.0f} | {b['tbps']:.2f} | {b['us'] / s['floor_us']:.2f} |")
         else:
-            lines.append(f"| {s['format']} | {s['shape']} | {dus} | - | no config verified | {s['floor_us']:.1f} | - | - | - |")
+            lines.append(f"| {s['format']} | {s.get('q_dtype', 'fp8')} | {s['shape']} | {dus} | - | no config verified | {s['floor_us']:.1f} | - | - | - |")
     return "\n".join(lines) + "\n"
 
 
@@ -230,7 +252,11 @@ def main() -> int:
     ap.add_argument("--shapes", default=None, help="only these shapes, e.g. B=8,B=64,T (default: all)")
     ap.add_argument("--skip-checks", action="store_true", help="no per-variant check (each timed config is still verified)")
     ap.add_argument("--name", default="logits", help="results file stem under --out (default: logits)")
+    ap.add_argument("--q-dtypes", default="fp8", help="query dtypes timed per format, comma-separated: fp8, mxfp4")
     args = ap.parse_args()
+    q_dtypes = [q for q in args.q_dtypes.split(",") if q]
+    if not q_dtypes or set(q_dtypes) - {"fp8", "mxfp4"}:
+        ap.error("--q-dtypes: choose among fp8, mxfp4")
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(LOGITS_FORMATS):
         ap.error(f"--formats: choose among {list(LOGITS_FORMATS)}")
@@ -247,8 +273,8 @@ def main() -> int:
     decode_bs = tuple(b for b in decode_bs if wanted is None or f"B={b}" in wanted)
     prefill = wanted is None or "T" in wanted
 
-    def sweep(fmt: str, pre: bool) -> list[Config]:
-        return sweep_configs(fmt, pre, target, args.smoke, args.pick)
+    def sweep(fmt: str, pre: bool, qdt: str) -> list[Config]:
+        return sweep_configs(fmt, pre, target, args.smoke, args.pick, qdt)
 
     if device == "cuda":
         # Every swept config compiled in parallel processes first (Triton's on-disk cache): one
@@ -256,40 +282,48 @@ def main() -> int:
         from benchmarks.record_table import precompile
 
         for fmt in formats:
-            shapes_b = [Bucket("B", 1, b, ctx_d) for b in decode_bs] + [Bucket("T", 1, t_pre, ctx_p)] * prefill
-            items = [(b, c) for b in shapes_b for c in sweep(fmt, b.dim == "T")]
-            precompile("logits", logits_key(fmt, "fp8"), items, jobs=max(2, min(16, (os.cpu_count() or 4) - 2)))
+            for qdt in q_dtypes:
+                shapes_b = [Bucket("B", 1, b, ctx_d) for b in decode_bs] + [Bucket("T", 1, t_pre, ctx_p)] * prefill
+                items = [(b, c) for b in shapes_b for c in sweep(fmt, b.dim == "T", qdt)]
+                precompile("logits", logits_key(fmt, qdt), items, jobs=max(2, min(16, (os.cpu_count() or 4) - 2)))
     checks = {} if args.skip_checks else {fmt: check_variants(fmt, target, device, args.smoke) for fmt in formats}
     shapes: list[dict] = []
+    extra: dict[str, Any] = {}
     deadline = t_start + args.budget_s
 
     def save() -> str:  # after every shape, so that a run cut short keeps what it measured
         payload = {"provenance": provenance(), "target": target, "copy_bw": copy_bw, "smoke": args.smoke,
-                   "seconds": time.time() - t_start, "checks": checks, "shapes": shapes}
+                   "seconds": time.time() - t_start, "checks": checks, "shapes": shapes, **extra}
         md = markdown(payload)
         write_results(args.out, f"{args.name}_smoke" if args.smoke else args.name, payload, md)
         return md
 
-    for fmt in formats:
-        key = logits_key(fmt, "fp8")
+    def bench_format(fmt: str, qdt: str) -> None:
+        key = logits_key(fmt, qdt)
+        if qdt == "mxfp4" and "quantiser" not in extra:
+            extra["quantiser"] = time_quantiser(max(decode_bs), _timer(args.smoke), device)
         # One pool of 64 (smoke: 4) sequences serves every decode B; small B rotates over disjoint groups.
         pool = 4 if args.smoke else 64
         inp = make_inputs(key, Bucket("B", 1, pool, ctx_d), device, seed=1)
         for b in decode_bs:
-            print(f"  {fmt} decode B={b}", flush=True)
+            print(f"  {fmt} q={qdt} decode B={b}", flush=True)
             shapes.append(bench_shape(fmt, Bucket("B", 1, b, ctx_d), inp, pool // b, target, copy_bw, args.smoke, deadline,
-                                      args.pick))
+                                      args.pick, qdt))
             save()
         del inp
         if prefill:
             inp = make_inputs(key, Bucket("T", 1, t_pre, ctx_p), device, seed=2)
-            print(f"  {fmt} prefill T={t_pre}", flush=True)
+            print(f"  {fmt} q={qdt} prefill T={t_pre}", flush=True)
             shapes.append(bench_shape(fmt, Bucket("T", 1, t_pre, ctx_p), inp, 1, target, copy_bw, args.smoke, deadline,
-                                      args.pick))
-            save()
+                                      args.pick, qdt))
             del inp
         if device == "cuda":
             torch.cuda.empty_cache()
+
+    for fmt in formats:
+        for qdt in q_dtypes:
+            bench_format(fmt, qdt)
+            save()
     print(save())
     return 0
 

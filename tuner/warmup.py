@@ -313,7 +313,8 @@ def keys_for(
     every size class of the bucket's dimension, and, where the family names them
     (`probe_contexts(bucket)`: logits), the contexts that reach every class of the arguments that
     follow the context length, since an engine's longest context varies below the bucket's (with
-    `make_inputs` given, only the sizes). Pool pointers get their large class added by
+    `make_inputs` given, only the sizes), each with every choice of optional arguments that
+    selects another binary (`probe_variants`: decode with and without sinks). Pool pointers get their large class added by
     `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
     launchers that size launches from the device (e.g. by its SM count) must be recorded on one.
     """
@@ -328,7 +329,8 @@ def keys_for(
     for ctx, n in ((c, n) for c in contexts for n in sizes_to_probe(bucket)):
         inputs = make_inputs(n) if make_inputs else fam.probe_inputs(key, Bucket(bucket.dim, n, n, ctx), device, seed=n)
         with record_launches() as launches:
-            fam.run(key, config, inputs)
+            for variant in fam.probe_variants(inputs):
+                fam.run(key, config, variant)
         if not launches:
             raise RuntimeError(f"{family_name}: running config {config.to_json()} launched no Triton kernel")
         for la in launches:
@@ -361,6 +363,10 @@ class WarmReport:
     compiled: int
     seconds: float
     skipped: tuple[str, ...] = ()
+    # Keys that could not be warmed ("fn@hash: why"): a missing source, a key whose arguments the
+    # kernel does not take. Reported, not raised: an engine still starts, and such a launch compiles
+    # on first use (which `no_compiles` would catch).
+    failed: tuple[str, ...] = ()
 
 
 def _stand_in_value(a: ArgSpec) -> Any:
@@ -381,25 +387,30 @@ def _stand_in_value(a: ArgSpec) -> Any:
 def warm(keys: Sequence[WarmupKey], sources: Mapping[str, str]) -> WarmReport:
     """Compile every key through `JITFunction.warmup` on the current device. `sources` maps source
     hashes to generated module text (the bundle's kernels, fetched by hash or rendered locally).
-    Keys made for another Triton version are compiled anyway but reported as skipped-stale."""
+    Keys made for another Triton version are compiled anyway but reported as skipped-stale; keys
+    that cannot be compiled are reported as failed (`WarmReport.failed`), and the rest still warm."""
     t0 = time.perf_counter()
-    compiled = 0
-    stale = []
+    stale: list[str] = []
+    failed: list[str] = []
     with count_compiles() as seen:
         for k in keys:
             if k.triton != triton.__version__:
                 stale.append(f"{k.fn}@{k.source_hash}: made for triton {k.triton}")
             src = sources.get(k.source_hash)
             if src is None:
-                raise KeyError(f"no source for {k.source_hash} (kernel {k.kernel})")
-            mod = R.load(R.Rendered(f"{k.kernel}.py.j2", src))
-            fn = getattr(mod, k.fn)
-            # By name: an int that specialised to the constant 1 is a constexpr here, not a positional.
-            # Options exactly as the launcher passed them (see WarmupKey).
-            bound = {a.name: _stand_in_value(a) for a in k.args}
-            fn.warmup(grid=(1,), **bound, **dict(k.options))
+                failed.append(f"{k.fn}@{k.source_hash}: no source (kernel {k.kernel})")
+                continue
+            try:
+                fn = getattr(R.load(R.Rendered(f"{k.kernel}.py.j2", src)), k.fn)
+                # By name: an int that specialised to the constant 1 is a constexpr here, not a positional.
+                # Options exactly as the launcher passed them (see WarmupKey).
+                bound = {a.name: _stand_in_value(a) for a in k.args}
+                fn.warmup(grid=(1,), **bound, **dict(k.options))
+            except Exception as e:  # one bad key (a corrupt or foreign bundle) must not stop the rest
+                failed.append(f"{k.fn}@{k.source_hash}: {type(e).__name__}: {str(e)[:200]}")
         compiled = len(seen)
-    return WarmReport(keys=len(keys), compiled=compiled, seconds=time.perf_counter() - t0, skipped=tuple(stale))
+    return WarmReport(keys=len(keys), compiled=compiled, seconds=time.perf_counter() - t0, skipped=tuple(stale),
+                      failed=tuple(failed))
 
 
 @contextlib.contextmanager
@@ -434,7 +445,7 @@ def no_compiles() -> Iterator[list[str]]:
     with count_compiles() as seen:
         yield seen
     if seen:
-        raise CompiledWhileServing(f"{len(seen)} compile(s) while serving, first: {seen[0][:300]}")
+        raise CompiledWhileServing(f"{len(seen)} compile(s) while serving, first: {seen[0][:3000]}")
 
 
 def compile_key(key: WarmupKey, source: str, target: str | None = None) -> Any:

@@ -597,7 +597,7 @@ def test_mxfp4_query_logits_matches_reference(fmt: str, page: int, kind: str, ta
                 _check_config(p, fmt, c)
 
 
-def test_mxfp4_query_folds_chunk_scales_exactly_and_flushes_only_far_chunks(device: str) -> None:
+def test_mxfp4_query_folds_chunk_scales_exactly_and_flushes_only_far_chunks(target_name: str, device: str) -> None:
     # The decode-once paths fold each 32-dim chunk's scale, relative to its row's largest, into the
     # e4m3 exponents: exact up to 11 binades below it, further below flushed (as fp8key does keys).
     # Query chunks spread over 0..20 binades: the output equals the reference of the same query
@@ -621,11 +621,14 @@ def test_mxfp4_query_folds_chunk_scales_exactly_and_flushes_only_far_chunks(devi
         return logits_reference(q, p["w"].cpu(), p["cache"].cpu(), fmt, page, p["block_table"].cpu(), p["seq_of"].cpu(),
                                 p["k_start"].cpu(), p["k_end"].cpu(), p["max_len"])
 
+    # Under the interpreter the products are summed in fp32; a GPU's fp8 MMA adds with fewer bits
+    # (7.9e-5 for fp8key's K=128 dots on the H200), as in the key-side test above.
+    tight = 1e-5 if target_name == "interp" else 2e-3
     for dot in ("fp8", "fp8key", "f16"):
         cfg = dot_config(default_config(fmt, "mxfp4"), dot)
         out = logits(to_device((values, scales), device), p["w"], p["cache"], fmt, page, p["block_table"], p["seq_of"],
                      p["k_start"], p["k_end"], p["max_len"], cfg)
-        assert compare(out.cpu(), ref(flushed), 1e-5) is None, (dot, compare(out.cpu(), ref(flushed), 1e-5))
+        assert compare(out.cpu(), ref(flushed), tight) is None, (dot, compare(out.cpu(), ref(flushed), tight))
         assert compare(out.cpu(), ref((values, scales)), TOL) is None
 
 

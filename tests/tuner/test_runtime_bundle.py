@@ -21,7 +21,6 @@ import torch
 import triton
 
 import catalog.families.decode as decode_spec
-import tuner.kernels.decode as decode_launcher
 from tuner.runtime.client import KvtuneClient
 from catalog.core import Bucket, Config
 from catalog.families import get_spec
@@ -32,18 +31,15 @@ from tuner.runtime.bundle import KernelTable, Process, defaults_bundle
 from tuner.runtime.dispatch import MissCounter, MissReporter
 from tuner.runtime.export import needed_sources
 from tuner.targets import detect
-from tuner.warmup import ArgSpec, WarmReport, WarmupKey, no_compiles, record_launches
+from tuner.kernels import get_family
+from tuner.warmup import (ArgSpec, WarmReport, WarmupKey, backend_class, keys_for, launch_specs, no_compiles,
+                           record_launches)
 
 H, TOPK, WINDOW = 16, 40, 20
+# The bundles here carry stand-in warmup keys (`_fake_key`), so construction does not warm them:
+# `warmup=False` except where warming is the subject (mocked) or the serving loop at the end.
+COLD: dict[str, Any] = {"warmup": False}
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _decode_launcher_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    # See tests/tuner/test_runtime.py: two names the re-layer left out of the decode launcher.
-    for name in ("_fmt512", "WGMMA_ILLEGAL"):
-        if not hasattr(decode_launcher, name):
-            monkeypatch.setattr(decode_launcher, name, getattr(decode_spec, name), raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +83,18 @@ def _tuned_bundle(proc: Process, **kw: Any) -> dict[str, Any]:
     return _tune(b, "pack", "N1-64", pack_cfg.replace(BLOCK_T=1), proc, **kw)
 
 
-def _decode_call(tk: TunedKernels, b: int, device: str = "cpu") -> None:
-    kw = alloc_paged_cache("fp8_528", 2, 16, device, fill=0)
-    kc = alloc_paged_cache("nvfp4_288", 4, 16, device, fill=0)
+def _decode_call(tk: TunedKernels, b: int, device: str = "cpu", sink: bool = False, page: int = 16) -> None:
+    kw = alloc_paged_cache("fp8_528", 2, page, device, fill=0)
+    kc = alloc_paged_cache("nvfp4_288", 4, page, device, fill=0)
     q = torch.zeros(b, 1, H, 512, dtype=torch.bfloat16, device=device)
     idx = lambda n: torch.zeros(b, 1, n, dtype=torch.int32, device=device)  # noqa: E731
+    attn_sink = torch.zeros(H, dtype=torch.float32, device=device) if sink else None
     tk.flash_mla_with_kvcache(q, kw, None, None, 512, None, indices=idx(WINDOW), extra_k_cache=kc,
-                              extra_indices_in_kvcache=idx(TOPK))
+                              extra_indices_in_kvcache=idx(TOPK), attn_sink=attn_sink)
 
 
 def test_calls_launch_their_buckets_config_and_count_misses(proc: Process) -> None:
-    tk = TunedKernels(_tuned_bundle(proc), process=proc)
+    tk = TunedKernels(_tuned_bundle(proc), process=proc, **COLD)
     assert not tk.mismatches
     with record_launches() as launches:
         for b in (1, 2, 100):
@@ -184,7 +181,7 @@ def test_from_server_sends_versions_and_reports_misses(proc: Process) -> None:
 
     client = KvtuneClient("http://kvtune", transport=httpx.MockTransport(handler))
     tk = TunedKernels.from_server("http://kvtune", heads=H, topk=TOPK, window=WINDOW, client=client,
-                                  process=proc, report_interval_s=60.0)
+                                  process=proc, report_interval_s=60.0, **COLD)
     (params,) = seen["gets"]
     assert params["triton"] == triton.__version__ and params["device"] == proc.device_name
     assert params["arch"] == proc.arch and params["heads"] == str(H)
@@ -199,27 +196,27 @@ def test_from_server_sends_versions_and_reports_misses(proc: Process) -> None:
 def test_a_bundle_from_another_triton_or_gpu_warns_once_or_is_refused(proc: Process) -> None:
     stale = _tuned_bundle(proc, version="0.0.1")
     with pytest.warns(UserWarning) as rec:
-        tk = TunedKernels(stale, process=proc)
+        tk = TunedKernels(stale, process=proc, **COLD)
     assert len(rec) == 1
     msg = str(rec[0].message)
     assert "decode nvfp4_288+fp8_528 T2-2: measured with Triton 0.0.1" in msg and "pack nvfp4_288 N1-64" in msg
     assert tk.config_for("decode", ("nvfp4_288", "fp8_528"), "T", 2, heads=H, topk=TOPK, window=WINDOW) == DECODE_T2
     with pytest.raises(rk.BundleMismatch, match="Triton 0.0.1"):
-        TunedKernels(stale, process=proc, on_mismatch="error")
+        TunedKernels(stale, process=proc, on_mismatch="error", **COLD)
     with pytest.raises(rk.BundleMismatch, match="measured on NVIDIA H100"):
-        TunedKernels(_tuned_bundle(proc, device="NVIDIA H100"), process=proc, on_mismatch="error")
+        TunedKernels(_tuned_bundle(proc, device="NVIDIA H100"), process=proc, on_mismatch="error", **COLD)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the matching bundle: silent
-        TunedKernels(_tuned_bundle(proc), process=proc, on_mismatch="error")
+        TunedKernels(_tuned_bundle(proc), process=proc, on_mismatch="error", **COLD)
     with pytest.raises(ValueError, match="on_mismatch"):
-        TunedKernels(_tuned_bundle(proc), process=proc, on_mismatch="ignore")  # type: ignore[arg-type]
+        TunedKernels(_tuned_bundle(proc), process=proc, on_mismatch="ignore", **COLD)  # type: ignore[arg-type]
 
 
 def test_sources_and_arch_are_checked_and_illegal_configs_fall_back(proc: Process) -> None:
     b = _tuned_bundle(proc)
     b["kernels"]["decode"]["buckets"][1]["source_hash"] = "0123456789abcdef"
     with pytest.raises(rk.BundleMismatch, match="is not what this kvtune generates"):
-        TunedKernels(b, process=proc, on_mismatch="error")
+        TunedKernels(b, process=proc, on_mismatch="error", **COLD)
     other = Process(arch="gfx942", device_name=proc.device_name, triton=proc.triton)
     b = _tuned_bundle(proc)  # made for this arch, served to an AMD process
     ptx = b["kernels"]["pack"]["buckets"][0]
@@ -268,7 +265,7 @@ def test_construction_warms_stored_keys_and_enumerates_the_rest(proc: Process, m
 def test_export_round_trip_gives_the_same_configs_and_sources(proc: Process, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     b = _tuned_bundle(proc)
-    tk0 = TunedKernels(b, process=proc)
+    tk0 = TunedKernels(b, process=proc, **COLD)
     sources = {h: tk0.sources[h] for k in b["kernels"].values() for h in needed_sources(k)}
     written = write_export(b, sources, tmp_path, proc.device_name)
     dev = proc.device_name.replace(" ", "_").replace("(", "_").replace(")", "_")
@@ -281,7 +278,7 @@ def test_export_round_trip_gives_the_same_configs_and_sources(proc: Process, tmp
     for name, k in b["kernels"].items():
         assert back["kernels"][name]["buckets"] == k["buckets"] and back["kernels"][name]["key"] == k["key"]
     monkeypatch.setenv("KVTUNE_CONFIG_FOLDER", str(tmp_path))
-    tk = TunedKernels.from_folder(heads=H, topk=TOPK, window=WINDOW, process=proc)
+    tk = TunedKernels.from_folder(heads=H, topk=TOPK, window=WINDOW, process=proc, **COLD)
     assert not tk.mismatches
     assert {k: t.entries for k, t in tk.tables.items()} == {k: t.entries for k, t in tk0.tables.items()}
     # Another GPU's files beside this one's: each process reads its own; with two and neither its own, none.
@@ -296,7 +293,7 @@ def test_export_round_trip_gives_the_same_configs_and_sources(proc: Process, tmp
 
 def test_export_refuses_missing_or_tampered_sources(proc: Process, tmp_path: Path) -> None:
     b = _tuned_bundle(proc)
-    tk0 = TunedKernels(b, process=proc)
+    tk0 = TunedKernels(b, process=proc, **COLD)
     sources = {h: tk0.sources[h] for k in b["kernels"].values() for h in needed_sources(k)}
     h = b["kernels"]["decode"]["buckets"][1]["source_hash"]
     with pytest.raises(ExportError, match="no source text"):
@@ -317,12 +314,33 @@ def test_export_module_is_torch_free() -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_enumerated_warmup_keys_cover_what_the_entry_point_launches() -> None:
+    # What construction warms on an sm_90 GPU (every bucket's keys, enumerated here for that
+    # target's specialisation rules) must cover each launch an engine's calls make: with and
+    # without sinks, window pages of 16 and 64, sizes across the buckets. On the H200 a call
+    # without attn_sink once compiled while serving: the probes had launched with sinks only.
+    proc = Process(arch="sm_90", device_name="NVIDIA H200", triton=triton.__version__)
+    tk = TunedKernels(defaults_bundle("sm_90", H, TOPK, WINDOW, kernels=["decode"]), process=proc, warmup=False)
+    t = tk.tables[("decode", ("nvfp4_288", "fp8_528"))]
+    warmed = {(k.fn, k.args, k.options) for e in t.entries for k in keys_for("decode", t.key, e.config, e.bucket, "sm_90")}
+    backend, pools = backend_class("sm_90"), get_family("decode").pool_args()
+    calls = 0
+    for b, sink, page in ((1, False, 16), (1, True, 64), (2, False, 64), (5, True, 16), (17, False, 16), (64, True, 64)):
+        with record_launches() as launches:
+            _decode_call(tk, b, sink=sink, page=page)
+        for la in launches:
+            opts = tuple((k, v) for k, v in la.options.items())
+            assert (la.fn.fn.__name__, launch_specs(la, backend, pools)[0], opts) in warmed, (b, sink, page)
+            calls += 1
+    assert calls >= 6 and tk.misses.total() == 0
+
+
 def test_mixed_size_serving_loop_after_construction_compiles_nothing(device: str) -> None:
     # On a GPU this is the proof (construction warmed every key); under the interpreter nothing
     # ever compiles, so it checks that serving after construction runs and dispatches per bucket.
-    tk = TunedKernels.defaults(detect().name, H, TOPK, WINDOW)
+    tk = TunedKernels.defaults(detect().name, H, TOPK, WINDOW, kernels=["decode"])
     with no_compiles():
-        for b in (1, 3, 2, 5, 1, 4):
-            _decode_call(tk, b, device)
+        for b, sink in ((1, False), (3, True), (2, False), (5, True), (1, True), (4, False)):
+            _decode_call(tk, b, device, sink=sink)
     assert sum(v for (k, name), v in tk.calls.items() if k == "decode" and name != "miss") == 6
     assert tk.misses.total() == 0

@@ -189,7 +189,8 @@ _SCALE_DESCRIPTOR = ("logits", Bucket("B", 1, 3, 200), ("cache",), ("mxfp4_68", 
 def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools: tuple[str, ...],
                                              formats: tuple[str, str], over: dict, target: str) -> None:
     """Decode and logits on real argument sets: every size of the bucket, each pool small, or a
-    small view of a storage over 2 GiB; what Triton specialises must be among the keys."""
+    small view of a storage over 2 GiB, with and without the optional arguments; what Triton
+    specialises must be among the keys, and every key must be one of those."""
     from tuner.kernels import get_family
     from catalog.keys import make_key
 
@@ -205,7 +206,8 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
         base = fam.make_inputs(key, Bucket(bucket.dim, n, n, ctx), "cpu", seed=100 + n)
         for big in [(), *[(p,) for p in pools], pools]:
             inputs = dict(base, **{p: _big_view(base[p]) for p in big})
-            real = _record_specs(family, key, cfg, inputs, target)
+            # Each choice of the optional arguments an engine may pass (decode: with and without sinks).
+            real = set().union(*(_record_specs(family, key, cfg, v, target) for v in fam.probe_variants(inputs)))
             missing = real - specs
             assert not missing, f"{family} {target} n={n} ctx={ctx} pools over 2 GiB {big}: no key for {sorted(missing)[0]}"
             seen |= real
@@ -223,6 +225,22 @@ def test_reader_keys_cover_every_real_launch(family: str, bucket: Bucket, pools:
         assert pool_specs == {"D", "DS"}
 
 
+def test_warm_reports_keys_it_cannot_compile_and_goes_on() -> None:
+    # A bundle's key without its source, or naming a function its module lacks (a corrupt or
+    # foreign bundle): reported as failed, never raised, so that an engine still starts.
+    from tuner.warmup import ArgSpec, WarmupKey, warm
+
+    r = render_variant("nvfp4_288", "soft")
+    lost = WarmupKey(kernel="pack", source_hash="0" * 16, fn="pack_kernel", args=(), options=(), target="sm_90",
+                     triton="3.6.0")
+    wrong = WarmupKey(kernel="pack", source_hash=r.source_hash, fn="no_such_kernel",
+                      args=(ArgSpec("n", "i32", ""),), options=(), target="sm_90", triton="3.6.0")
+    report = warm([lost, wrong], {r.source_hash: r.source})
+    assert report.keys == 2 and report.compiled == 0
+    assert len(report.failed) == 2
+    assert "no source" in report.failed[0] and "AttributeError" in report.failed[1]
+
+
 def _ptr(family: str) -> str:
     return "comp_ptr" if family == "decode" else "cache_ptr"
 
@@ -237,7 +255,7 @@ def _warm_then_serve_without_compiles(key, cfg, device: str = "cpu") -> list:  #
     keys = keys_for("logits", key, cfg, Bucket("B", 1, 3, 200), "sm_90", device=device)
     rendered = fam.render(key, cfg)
     report = warm(keys, {rendered.source_hash: rendered.source})
-    assert report.compiled >= 1
+    assert report.compiled >= 1 and not report.failed, report.failed
     for n in range(1, 4):
         inp = fam.make_inputs(key, Bucket("B", n, n, 200), "cuda", seed=n)
         pb = inp["cache"].shape[1]
@@ -315,7 +333,7 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
             if isinstance(fn, JITFunction):
                 fn.device_caches.clear()
     report = warm(keys, sources)
-    assert report.compiled >= 2  # the wgmma kernel and its merge at least
+    assert report.compiled >= 2 and not report.failed, report.failed  # the wgmma kernel and its merge at least
     for n in range(1, 5):
         inp = fam.make_inputs(key, Bucket("T", n, n), "cuda", seed=n)
         small = inp["comp_cache"]

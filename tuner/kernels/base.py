@@ -80,6 +80,12 @@ class KernelFamily(FamilySpec):
         inputs are large offers cheaper ones of the same argument classes)."""
         return self.make_inputs(key, bucket, device, seed)
 
+    def probe_variants(self, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+        """The same call with each choice of the optional arguments that selects another binary (a
+        constexpr the launcher sets from whether an argument is given): an engine may pass either,
+        so a warmup probe launches each. By default only `inputs`."""
+        return [inputs]
+
     def probe_contexts(self, bucket: Bucket) -> list[int]:
         """The context lengths a warmup probe of `bucket` must launch at to reach every class of
         the arguments that vary with it: by default the bucket's own."""

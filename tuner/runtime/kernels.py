@@ -103,6 +103,10 @@ class TunedKernels:
         self.warm_report: WarmReport | None = None
         if warmup and not interpreting():  # the interpreter compiles nothing: there is nothing to warm
             self.warm_report = warm(self.warmup_keys, self.sources)
+            if self.warm_report.failed:
+                warnings.warn(f"kvtune: {len(self.warm_report.failed)} of {len(self.warmup_keys)} warmup keys could "
+                              "not be compiled (those launches compile on first use): "
+                              + "; ".join(self.warm_report.failed[:5]), stacklevel=2)
 
     # -- constructors ----------------------------------------------------------------------------
     @classmethod
@@ -134,10 +138,11 @@ class TunedKernels:
 
     @classmethod
     def defaults(cls, arch: str | None, heads: int, topk: int, window: int, formats: FormatsArg = None,
-                 **kw: Any) -> TunedKernels:
-        """Every family's default config on its default buckets: no server (first runs, tests, fallback)."""
+                 kernels: Sequence[str] | None = None, **kw: Any) -> TunedKernels:
+        """Every family's (or only `kernels`') default config on its default buckets: no server
+        (first runs, tests, fallback). Fewer kernels, less to warm at construction."""
         proc = kw.pop("process", None) or this_process()
-        return cls(defaults_bundle(arch or proc.arch, heads, topk, window, formats), process=proc, **kw)
+        return cls(defaults_bundle(arch or proc.arch, heads, topk, window, formats, kernels), process=proc, **kw)
 
     def report_to(self, send: Callable[[dict[str, Any]], Any], interval_s: float = 30.0,
                   batch: int = 1024) -> MissReporter:

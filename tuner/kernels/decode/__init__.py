@@ -51,6 +51,10 @@ class DecodeFamily(DecodeSpec, KernelFamily):
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
         return (frozenset({"comp_ptr"}), frozenset({"win_ptr"}))
 
+    def probe_variants(self, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+        """With and without attention sinks (HAS_SINK): FlashMLA's `attn_sink` is optional."""
+        return [inputs, {**inputs, "attn_sink": None}] if inputs.get("attn_sink") is not None else [inputs]
+
     def xcompile_cases(self) -> Sequence[XCompileCase]:
         """See `tuner.kernels.decode.xcompile.xcompile_cases`."""
         return xcompile.xcompile_cases()
