@@ -69,12 +69,15 @@ class TunedKernels:
 
     def __init__(self, bundle: Mapping[str, Any], sources: Mapping[str, str] | None = None, *,
                  on_mismatch: OnMismatch = "warn", warmup: bool = True, enumerate_missing: bool = True,
-                 process: Process | None = None) -> None:
+                 process: Process | None = None, kernels: Sequence[str] | None = None) -> None:
+        """`kernels` (e.g. ["decode"]): only these families' tables are used and warmed; a call of
+        another family runs its default and is counted as a miss."""
         if on_mismatch not in ("warn", "error"):
             raise ValueError(f"on_mismatch must be 'warn' or 'error', got {on_mismatch!r}")
         self.bundle = bundle
         self.process = process or this_process()
-        self.tables: dict[TableKey, KernelTable] = tables_from_bundle(bundle)
+        self.tables: dict[TableKey, KernelTable] = {k: t for k, t in tables_from_bundle(bundle).items()
+                                                    if kernels is None or k[0] in kernels}
         self.misses = MissCounter()
         self.calls: Counter[tuple[str, str]] = Counter()  # (kernel, bucket name or "miss") -> calls
         self.reporter: MissReporter | None = None
@@ -142,7 +145,8 @@ class TunedKernels:
         """Every family's (or only `kernels`') default config on its default buckets: no server
         (first runs, tests, fallback). Fewer kernels, less to warm at construction."""
         proc = kw.pop("process", None) or this_process()
-        return cls(defaults_bundle(arch or proc.arch, heads, topk, window, formats, kernels), process=proc, **kw)
+        return cls(defaults_bundle(arch or proc.arch, heads, topk, window, formats, kernels), process=proc,
+                   kernels=kernels, **kw)
 
     def report_to(self, send: Callable[[dict[str, Any]], Any], interval_s: float = 30.0,
                   batch: int = 1024) -> MissReporter:
