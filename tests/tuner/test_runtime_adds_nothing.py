@@ -15,6 +15,7 @@ from tuner.formats import quantize, write_slots
 from tuner.kernels.decode import decode
 from tuner.kernels.logits import logits
 from tuner.runtime import TunedKernels, alloc_paged_cache, as_pages
+from tuner.runtime.views import paged_view
 from tuner.warmup import record_launches
 
 H, TOPK, WINDOW, PAGE = 16, 40, 20, 16
@@ -25,7 +26,9 @@ def _filled(fmt: str, tokens: int, g: torch.Generator, device: str) -> torch.Ten
     flat, _ = as_pages(cache, fmt)
     x = torch.randn(tokens, get_format(fmt).dims, generator=g).to(torch.bfloat16)
     write_slots(flat, quantize(x, fmt), torch.arange(tokens), fmt, PAGE)
-    return cache.to(device)
+    # The pages move, then the engine's view is taken again: `.to(device)` of the strided view
+    # itself would copy it compact, dropping each page's padding.
+    return paged_view(flat.to(device), get_format(fmt), PAGE)
 
 
 def _signature(launches: list[Any]) -> list[tuple[str, tuple[Any, ...], tuple[Any, ...]]]:
