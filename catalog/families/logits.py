@@ -330,6 +330,24 @@ def desc_box(f: RecordFormat, dot: str) -> int:
     return f.tile // 2 if chunked(f, dot) else f.data_bytes
 
 
+def kernel_constexprs(config: Config, f: RecordFormat, q_dtype: str, heads: int, page_size: int,
+                      page_bytes: int) -> dict[str, Any]:
+    """The Triton logits_kernel's constexprs for `config` on pages of `page_size` keys and
+    `page_bytes` bytes: what the launcher passes and the cross-compiler builds, from this one place.
+    Where a config name becomes another kernel name, the call's shape decides it:
+    TILE_LOOKUP (PAGE_LOOKUP="tile": one block-table read a tile) only where tiles do not
+    straddle pages; DESC (LOADS="descriptor") only there and on rows of 16-byte multiples (TMA),
+    else the same config gathers; KEYS_M is MMA="keys_m"; Q_FP8 tells fp8 from bf16 queries."""
+    bn = config["BLOCK_N"]
+    tile_lookup = config["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
+    return {
+        "HI": heads, "PAGE": page_size, "BLOCK_N": bn, "TILES": config["TILES"], "QT": config["QT"],
+        "HEADS": config["HEADS"], "TILE_LOOKUP": tile_lookup, "Q_FP8": q_dtype == "fp8",
+        "KEYS_M": config["MMA"] == "keys_m", "PREFETCH": bool(config.get("PREFETCH", 0)),
+        "DESC": config.get("LOADS", "gather") == "descriptor" and tile_lookup and page_bytes % 16 == 0,
+    }
+
+
 def variant_of(config: Config) -> str:
     return variant_name(config["dot"], config["backend"], config.get("query"))
 

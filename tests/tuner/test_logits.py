@@ -719,3 +719,18 @@ def test_mxfp4_query_warmup_keys_cover_every_real_launch(target: str) -> None:
                     Bucket("B", 1, 2, 200), target)
     assert keys and all({a.name: a.type for a in k.args}.get("qs_ptr") == "*u8" for k in keys)
     assert all({a.name: a.type for a in k.args}["q_ptr"] == "*u8" for k in keys)
+
+
+def test_kernel_constexprs_follow_the_page_the_call_reads() -> None:
+    # One derivation for the launcher and the cross-compiler: a descriptor config whose tiles
+    # straddle pages (128 keys on 64-key pages) looks keys up one by one and gathers.
+    from catalog.families.logits import kernel_constexprs
+    from catalog.formats import get_format, page_bytes
+
+    f = get_format("mxfp4_68")
+    cfg = default_config("mxfp4_68", "fp8").replace(LOADS="descriptor")
+    on_page = kernel_constexprs(cfg, f, "fp8", 64, 64, page_bytes(f, 64))
+    assert on_page["TILE_LOOKUP"] and on_page["DESC"] and on_page["KEYS_M"] and on_page["Q_FP8"]
+    straddling = kernel_constexprs(cfg.replace(BLOCK_N=128), f, "fp8", 64, 64, page_bytes(f, 64))
+    assert not straddling["TILE_LOOKUP"] and not straddling["DESC"]
+    assert not kernel_constexprs(cfg, f, "mxfp4", 64, 64, page_bytes(f, 64))["Q_FP8"]

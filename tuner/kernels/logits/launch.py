@@ -15,7 +15,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from catalog.core import Config
-from catalog.families.logits import (MXFP4_Q, WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads,
+from catalog.families.logits import (MXFP4_Q, kernel_constexprs, WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads,
                                      config_legality, default_config, desc_box, render_variant, scale_desc, space)
 from catalog.formats import RecordFormat, get_format, page_bytes
 from templates import render as R
@@ -187,15 +187,12 @@ def _launch_triton(mod: Any, q: Query, w: torch.Tensor, cache: torch.Tensor, f: 
     qs = query_tensors(q)
     t, hi = qs[0].shape[0], qs[0].shape[1]
     bn, tiles, qt = cfg["BLOCK_N"], cfg["TILES"], cfg["QT"]
-    tile_lookup = cfg["PAGE_LOOKUP"] == "tile" and page_size % bn == 0
-    # A descriptor where each tile lies in one page whose rows it can stride over (TMA needs
-    # 16-byte multiples: any page size divisible by 4); elsewhere the same config gathers.
-    desc = cfg["LOADS"] == "descriptor" and tile_lookup and pb % 16 == 0
+    consts = kernel_constexprs(cfg, f, query_dtype_name(q), hi, page_size, pb)
     k_desc = s_desc = cache
-    if desc:
+    if consts["DESC"]:
         k_desc = TensorDescriptor(cache, [cache.shape[0], page_size, f.data_bytes], [pb, f.data_bytes, 1],
                                   [1, bn, desc_box(f, cfg["dot"])])
-    if desc and scale_desc(f, cfg["dot"], bn):
+    if consts["DESC"] and scale_desc(f, cfg["dot"], bn):
         # The scale rows (one 32-bit word a key) follow a page's data rows: a 16-byte aligned start.
         scales = cache.view(torch.int32)[:, page_size * f.data_bytes // 4:]
         s_desc = TensorDescriptor(scales, [cache.shape[0], page_size], [pb // 4, 1], [1, bn])
@@ -203,10 +200,7 @@ def _launch_triton(mod: Any, q: Query, w: torch.Tensor, cache: torch.Tensor, f: 
     mod.logits_kernel[grid](
         *qs, w, cache, k_desc, s_desc, block_table, seq_of, k_start, k_end, out,
         t, max_len, block_table.shape[1], pb,
-        HI=hi, PAGE=page_size, BLOCK_N=bn, TILES=tiles, QT=qt, HEADS=cfg["HEADS"],
-        TILE_LOOKUP=tile_lookup, Q_FP8=qs[0].dtype == Q_DTYPES["fp8"],
-        KEYS_M=cfg["MMA"] == "keys_m", PREFETCH=bool(cfg["PREFETCH"]), DESC=desc,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **consts, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
 

@@ -5,11 +5,11 @@ signature is its kernel's own parameter list (`tuner.kernels.signature`), typed 
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.logits import (BASE_VARIANTS, DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS,
+from catalog.families.logits import (BASE_VARIANTS, kernel_constexprs, DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS,
                                      MXFP4_Q, MXFP4Q_VARIANTS, SEED_HEADS, SEED_PAGE, WGMMA_BLOCK_N, WGMMA_DESC_TYPE,
                                      default_config, desc_box, dot_config, parse_variant, render_variant, scale_desc,
                                      variant_name)
-from catalog.formats import get_format
+from catalog.formats import get_format, page_bytes
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.signature import kernel_signature
 
@@ -54,7 +54,8 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
     if dot == "wgmma":
         return _wgmma_xcompile_case(cfg, detail)
     f = get_format(fmt)
-    desc = cfg.get("LOADS", "gather") == "descriptor"
+    consts = kernel_constexprs(cfg, f, q_dtype, SEED_HEADS, SEED_PAGE, page_bytes(f, SEED_PAGE))
+    desc = consts["DESC"]
     k_desc = f"tensordesc<u8[1, {cfg['BLOCK_N']}, {desc_box(f, dot)}]>" if desc else "*u8"
     s_desc = f"tensordesc<i32[1, {cfg['BLOCK_N']}]>" if desc and scale_desc(f, dot, cfg["BLOCK_N"]) else "*u8"
     rendered = render_variant(fmt, dot, backend, q_dtype)
@@ -63,11 +64,7 @@ def _xcompile_case(fmt: str, dot: str, backend: str, q_dtype: str, cfg: Config, 
         rendered=rendered,
         kernel_name="logits_kernel",
         signature=kernel_signature(rendered, "logits_kernel", arg_types(q_dtype, k_desc, s_desc)),
-        constexprs={
-            "HI": SEED_HEADS, "PAGE": SEED_PAGE, "BLOCK_N": cfg["BLOCK_N"], "TILES": cfg["TILES"], "QT": cfg["QT"],
-            "HEADS": cfg["HEADS"], "TILE_LOOKUP": SEED_PAGE % cfg["BLOCK_N"] == 0 and cfg["PAGE_LOOKUP"] == "tile",
-            "Q_FP8": q_dtype == "fp8", "KEYS_M": cfg["MMA"] == "keys_m", "PREFETCH": bool(cfg.get("PREFETCH", 0)), "DESC": desc,
-        },
+        constexprs=consts,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         detail=detail,
