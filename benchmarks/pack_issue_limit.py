@@ -1,0 +1,75 @@
+"""The issue-rate limit of pack on sm_90, without a GPU (issue 26's first step): for each record
+format's default config (the best config in every H200 sweep), the SASS lane-instructions per
+quantized element (`benchmarks/sass_count.py`: straight-line code, so static = dynamic on the
+fast path), turned into the time 1M tokens take if the SMs did nothing but issue them, beside the
+byte floor at the measured copy bandwidth. A kernel cannot beat the larger of the two.
+
+    python benchmarks/pack_issue_limit.py --out benchmarks/results
+
+H200 figures used (not measured here): 132 SMs, 4 warp schedulers an SM issuing one warp
+instruction a cycle each (128 lane-instructions a cycle an SM), the 1980 MHz maximum SM clock
+(`nvidia-smi --query-gpu=clocks.max.sm` on the H200, 2026-12-01) and the 4.272 TB/s copy
+bandwidth of `results/pack_h200.md` (2026-11-29), where the measured times come from too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.sass_count import count  # noqa: E402
+from catalog.families.pack import default_config, pack_bytes  # noqa: E402
+from catalog.formats import get_format  # noqa: E402
+
+SMS, LANES_PER_CYCLE, CLOCK_HZ, COPY_BW = 132, 128, 1.98e9, 4.272e12
+TOKENS = 1 << 20
+FORMATS = ("nvfp4_288", "fp8_528", "fp8_584", "mxfp4_68", "fp8_132")
+# results/pack_h200.md, best config (the default) per format, us at 1M tokens.
+MEASURED_US = {"nvfp4_288": 728.4, "fp8_528": 584.2, "fp8_584": 651.7, "mxfp4_68": 207.1, "fp8_132": 158.8}
+
+
+def limits(fmt: str) -> dict[str, float | str]:
+    f = get_format(fmt)
+    c = default_config(fmt)
+    n, per_elem, ops = count(fmt, c["BLOCK_T"], c["TILES_PER_PROG"], c["num_warps"])
+    issue_us = TOKENS * f.qdims * per_elem / (SMS * LANES_PER_CYCLE * CLOCK_HZ) * 1e6
+    copy_us = pack_bytes(f, TOKENS) / COPY_BW * 1e6
+    bound = max(issue_us, copy_us)  # issue 26's mark: 85% of it, i.e. a time of bound / 0.85
+    return {"format": fmt, "config": c.to_json(), "sass": n, "lane_per_elem": per_elem, "issue_us": issue_us,
+            "copy_us": copy_us, "binds": "issue" if issue_us > copy_us else "bytes", "target_us": bound / 0.85,
+            "measured_us": MEASURED_US.get(fmt, float("nan")), "top": ", ".join(f"{o} {k}" for o, k in ops.most_common(6))}
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["# pack on sm_90: issue-rate limit beside the byte floor (static, no GPU)", "",
+           __doc__.split("\n\n")[0].replace("\n", " "), "",
+           "| format | default config | SASS | lane-instr / elem | issue limit us | copy floor us | binds | 85% target us | "
+           "H200 now us | now / limit | most frequent |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lim = max(r["issue_us"], r["copy_us"])
+        assert abs(r["target_us"] - lim / 0.85) < 1e-9
+        out.append(f"| {r['format']} | `{r['config']}` | {r['sass']} | {r['lane_per_elem']:.1f} | {r['issue_us']:.0f} | "
+                   f"{r['copy_us']:.0f} | {r['binds']} | {lim / 0.85:.0f} | {r['measured_us']:.0f} | "
+                   f"{lim / r['measured_us']:.0%} | {r['top']} |")
+    out += ["", "`85% target us`: the time at which the kernel reaches 85% of the binding limit (limit / 0.85). "
+            "`now / limit`: the fraction of it today's kernel reaches."]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="write pack_issue_limit_sm90.md here")
+    args = ap.parse_args()
+    rows = [limits(fmt) for fmt in FORMATS]
+    md = markdown(rows)
+    print(md)
+    if args.out:
+        (Path(args.out) / "pack_issue_limit_sm90.md").write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
