@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
 from catalog.core import Config  # noqa: E402
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots  # noqa: E402
-from catalog.codecs import e2m1_backend_legality  # noqa: E402
+from catalog.families.pack import backend_legality  # noqa: E402
 from catalog.families.pack import default_config, pack_bytes, space  # noqa: E402
 from tuner.kernels.pack import pack  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -44,7 +44,7 @@ def check_exact(fmt: str, n: int, page: int, target: str) -> dict[str, str]:
     want = quantize(x, fmt)
     out = {}
     for b in space(fmt).params[0].choices:
-        if e2m1_backend_legality(b, target):
+        if backend_legality(fmt, b, target):
             continue
         cache.fill_(0)
         pack(x, slots, cache, fmt, page, default_config(fmt).replace(backend=b))
@@ -58,7 +58,7 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict
     x, slots, cache = _inputs(fmt, n, page, seed=2)
     moved = pack_bytes(fmt, n)
     target = detect().name
-    cfgs = [c for c in space(fmt).grid() if not e2m1_backend_legality(c["backend"], target)]
+    cfgs = [c for c in space(fmt).grid() if not backend_legality(fmt, c["backend"], target)]
     # The default first, then a seeded sample of the rest of the grid (compiles dominate the run).
     dflt = default_config(fmt)
     rest = [c for c in cfgs if c != dflt]

@@ -6,6 +6,7 @@ Straight-line code (pack has no loop), so the static count is the dynamic count 
 on the H200 pack's time tracked this number across codec versions (benchmarks/results/pack_h200.md).
 
     python benchmarks/sass_count.py nvfp4_288 4 32 2        # format BLOCK_T TILES_PER_PROG num_warps
+    python benchmarks/sass_count.py fp8_528 8 8 1 cvt       # ... and the element backend (default soft)
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_
 ALIGNED = ("xw_ptr", "slot_ptr", "cache_ptr", "cache16_ptr", "stride_w", "page_size", "page_bytes")
 
 
-def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, collections.Counter]:
-    fn = R.load(render_variant(fmt, "soft")).pack_kernel
+def count(fmt: str, block_t: int, tiles: int, warps: int, backend: str = "soft") -> tuple[int, float, collections.Counter]:
+    fn = R.load(render_variant(fmt, backend)).pack_kernel
     names = list(fn.arg_names)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED}
     src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
@@ -48,8 +49,9 @@ def count(fmt: str, block_t: int, tiles: int, warps: int) -> tuple[int, float, c
 
 def main() -> int:
     fmt, bt, tpp, nw = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    n, per_elem, ops = count(fmt, bt, tpp, nw)
-    print(f"{fmt} BLOCK_T={bt} TILES_PER_PROG={tpp} num_warps={nw}: {n} SASS instructions, "
+    backend = sys.argv[5] if len(sys.argv) > 5 else "soft"
+    n, per_elem, ops = count(fmt, bt, tpp, nw, backend)
+    print(f"{fmt} {backend} BLOCK_T={bt} TILES_PER_PROG={tpp} num_warps={nw}: {n} SASS instructions, "
           f"{per_elem:.1f} lane-instructions per element")
     print("most frequent:", ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
     return 0

@@ -25,6 +25,28 @@ _E2M1_ILLEGAL: dict[tuple[str, str], str] = {
 }
 
 
+# The e4m3 conversion backends of the fp8 record writers (pack): "soft" rounds with integer ops
+# (templates/_codecs.py.j2 `_e4m3_encode`); "cvt" converts element pairs with the hardware's
+# cvt.rn.satfinite.e4m3x2.f32 after the writer's clamp to +-448 (one instruction for two elements,
+# where the integer rounding takes a dozen).
+E4M3_BACKENDS: tuple[str, ...] = ("soft", "cvt")
+
+_E4M3_ILLEGAL: dict[tuple[str, str], str] = {
+    ("cvt", "gfx942"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("cvt", "gfx950"): "PTX inline asm on AMDGPU aborts the compiler (unknown asm constraint 'f')",
+    ("cvt", "interp"): "Triton's interpreter has no inline asm",
+}
+
+
+def e4m3_backend_legality(backend: str, target: str) -> str | None:
+    """Where an fp8 writer's e4m3 backend may be rendered (cvt...e4m3x2 needs sm_89 or newer)."""
+    if backend not in E4M3_BACKENDS:
+        raise ValueError(f"unknown e4m3 backend {backend!r}; known: {list(E4M3_BACKENDS)}")
+    if target not in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
+        return None if backend == "soft" else f"{backend} is only known legal on its own architecture"
+    return _E4M3_ILLEGAL.get((backend, target))
+
+
 def e2m1_backend_legality(backend: str, target: str) -> str | None:
     if backend not in E2M1_READ_BACKENDS:
         raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_READ_BACKENDS)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from catalog.codecs import E2M1_BACKENDS, e2m1_backend_legality
+from catalog.codecs import E2M1_BACKENDS, E4M3_BACKENDS, e2m1_backend_legality, e4m3_backend_legality
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.base import FamilySpec
 from catalog.formats import RecordFormat, get_format
@@ -53,11 +53,11 @@ def nt_pad(f: RecordFormat) -> int:
 
 
 def space(fmt: str | RecordFormat) -> Space:
-    """The pack search space for one record format. The e2m1 backend is an axis only where the
-    format has e2m1 elements; elsewhere the codec is integer e4m3 and the axis would be a no-op."""
+    """The pack search space for one record format. `backend` is the element conversion: an e2m1
+    backend on the e2m1 formats, an e4m3 one on the fp8 formats (`backends_of`)."""
     f = get_format(fmt)
     nt = nt_pad(f)
-    backends = E2M1_BACKENDS if f.elem == "e2m1" else ("soft",)
+    backends = backends_of(f)
 
     def _fits(c: Config) -> str | None:
         elems = c["BLOCK_T"] * c["TILES_PER_PROG"] * f.tile
@@ -84,11 +84,28 @@ def default_config(fmt: str | RecordFormat) -> Config:
     return space(fmt).default()
 
 
+def backends_of(fmt: str | RecordFormat) -> tuple[str, ...]:
+    """The element conversions a writer of `fmt` can use: e2m1 backends for the e2m1 formats, e4m3
+    backends for the fp8 ones (their scales are computed the same way either way)."""
+    return E2M1_BACKENDS if get_format(fmt).elem == "e2m1" else E4M3_BACKENDS
+
+
+def backend_legality(fmt: str | RecordFormat, backend: str, target: str) -> str | None:
+    """Why `backend` cannot run on `target` for records of `fmt` (None: it can)."""
+    if backend not in backends_of(fmt):
+        return f"{backend} does not convert {get_format(fmt).elem} elements (choose among {list(backends_of(fmt))})"
+    legality = e2m1_backend_legality if get_format(fmt).elem == "e2m1" else e4m3_backend_legality
+    return legality(backend, target)
+
+
 def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
     f = get_format(fmt)
-    if backend not in E2M1_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}")
-    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": backend})
+    if backend not in backends_of(f):
+        raise ValueError(f"unknown {f.elem} backend {backend!r} for {f.name}; known: {list(backends_of(f))}")
+    # The e2m1 codecs are rendered soft for fp8 records (their scale code uses none of them).
+    e2m1 = backend if f.elem == "e2m1" else "soft"
+    e4m3 = backend if f.elem != "e2m1" else "soft"
+    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": e2m1, "e4m3_backend": e4m3})
 
 
 def render_query_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
@@ -144,9 +161,11 @@ class PackSpec(FamilySpec):
     template = TEMPLATE
 
     def variants(self) -> Sequence[str]:
-        return E2M1_BACKENDS
+        return E2M1_BACKENDS + tuple(b for b in E4M3_BACKENDS if b not in E2M1_BACKENDS)
 
     def legality(self, variant: str, target: str) -> str | None:
+        if variant in E4M3_BACKENDS and variant not in E2M1_BACKENDS:
+            return e4m3_backend_legality(variant, target)
         return e2m1_backend_legality(variant, target)
 
     def variant_of(self, config: Config) -> str:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from catalog.core import Config
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots, write_slots
-from catalog.codecs import e2m1_backend_legality
-from catalog.families.pack import nt_pad, default_config, space
+from catalog.families.pack import backend_legality, backends_of, nt_pad, default_config, space
 from tuner.kernels.pack import pack
 
 from tests.golden_files import check_golden
@@ -30,7 +31,7 @@ def _inputs(fmt: str, n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 
 def _legal_backends(fmt: str, target: str) -> list[str]:
-    return [b for b in space(fmt).params[0].choices if e2m1_backend_legality(b, target) is None]
+    return [b for b in space(fmt).params[0].choices if backend_legality(fmt, b, target) is None]
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -56,6 +57,72 @@ def test_pack_matches_reference(fmt: str, dtype: torch.dtype, page_size: int, ta
             # Whole-cache equality: written slots match, and every other byte is still 0xA5.
             diff = (cache.cpu() != expected).nonzero()
             assert diff.numel() == 0, f"{fmt} {cfg.to_json()}: {diff.shape[0]} bytes differ, first at {diff[:4].tolist()}"
+
+
+def _e4m3_codes_and_ties() -> torch.Tensor:
+    """Every finite e4m3fn magnitude, the midpoints between neighbours (ties: to even), one fp32
+    ulp either side of each midpoint, and values under the smallest subnormal; both signs."""
+    codes = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 0 .. 448
+    mids = (codes[:-1] + codes[1:]) / 2
+    ulp = lambda v, d: (v.view(torch.int32) + d).view(torch.float32)  # noqa: E731
+    tiny = torch.tensor([2.0**-10, 2.0**-11, 1e-30, 2.0**-10 * 1.0000001])
+    mag = torch.cat([codes, mids, ulp(mids, 1), ulp(mids, -1), tiny])
+    return torch.cat([mag, -mag])
+
+
+@pytest.mark.parametrize("fmt", ["fp8_132", "fp8_528"])
+def test_e4m3_writers_are_exact_on_every_code_and_tie(fmt: str, target_name: str, device: str) -> None:
+    # Rows whose first element is 448, so that the scale is exactly 1 and the writer rounds the
+    # values as they are: every e4m3 code, every tie between two codes, a ulp off each tie,
+    # subnormals; the soft integer rounding and the hardware cvt (on NVIDIA) against torch's codec.
+    f = FORMATS[fmt]
+    vals = _e4m3_codes_and_ties()
+    per_row = f.tile - 1
+    n = -(-vals.numel() // per_row)
+    x = torch.zeros(n, f.dims)
+    body = torch.cat([vals, torch.zeros(n * per_row - vals.numel())]).view(n, per_row)
+    for t in range(f.n_tiles):  # every scale tile of the row holds the same 448-led values
+        x[:, t * f.tile] = 448.0
+        x[:, t * f.tile + 1:(t + 1) * f.tile] = body
+    page = 16
+    slots = torch.arange(n, dtype=torch.int64)
+    expected = alloc_cache(fmt, -(-n // page), page, fill=0)
+    write_slots(expected, quantize(x, fmt), slots, fmt, page)
+    backends = _legal_backends(fmt, target_name)
+    assert "soft" in backends and ("cvt" in backends) == target_name.startswith("sm_")
+    for backend in backends:
+        cache = alloc_cache(fmt, -(-n // page), page, device=device, fill=0)
+        pack(x.to(device), slots.to(device), cache, fmt, page, default_config(fmt).replace(backend=backend))
+        diff = (cache.cpu() != expected).nonzero()
+        assert diff.numel() == 0, f"{fmt} {backend}: {diff.shape[0]} bytes differ, first at {diff[:4].tolist()}"
+
+
+def test_cvt_backend_is_the_hardware_conversion_with_fewer_instructions() -> None:
+    # Static, on the CPU: on sm_90 the cvt render lowers to F2FP (the e4m3x2 conversion) and issues
+    # fewer SASS instructions per element than the integer rounding (pack is issue-bound there:
+    # benchmarks/results/pack_issue_limit_sm90.md). Its exactness is the test above, on a GPU.
+    # In a child process: the compile needs real JITFunctions, and this session may be interpreted.
+    code = """if True:
+        import json
+        from benchmarks.sass_count import count
+        from catalog.families.pack import default_config
+        out = {}
+        for fmt in ("fp8_528", "fp8_584", "fp8_132"):
+            c = default_config(fmt)
+            for b in ("soft", "cvt"):
+                _, per_elem, ops = count(fmt, c["BLOCK_T"], c["TILES_PER_PROG"], c["num_warps"], backend=b)
+                out[fmt + "." + b] = [per_elem, ops.get("F2FP", 0)]
+        print(json.dumps(out))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for fmt in ("fp8_528", "fp8_584", "fp8_132"):
+        (soft, soft_f2fp), (cvt, cvt_f2fp) = got[fmt + ".soft"], got[fmt + ".cvt"]
+        assert cvt_f2fp > 0 and soft_f2fp == 0, fmt
+        assert cvt < 0.8 * soft, (fmt, soft, cvt)
 
 
 def test_skipped_slots_leave_cache_untouched(device: str) -> None:
@@ -87,20 +154,20 @@ def test_space_is_data() -> None:
     grid = list(sp.grid())
     assert default_config("nvfp4_288") in grid
     assert all(sp.infeasible(c) is None for c in grid)
-    # The fp8 formats have no e2m1 backend axis.
-    assert space("fp8_528").params[0].choices == ("soft",)
+    # The fp8 formats' axis is the e4m3 conversion: integer rounding or the hardware's cvt.
+    assert space("fp8_528").params[0].choices == ("soft", "cvt") == backends_of("fp8_528")
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_rendered_sources_match_golden(fmt: str) -> None:
-    backends = ("soft", "ptx", "gfx950") if FORMATS[fmt].elem == "e2m1" else ("soft",)
-    for b in backends:
+    for b in backends_of(fmt):
         check_golden(f"pack/{fmt}.{b}.py", render_variant(fmt, b).source)
 
 
 def test_xcompile_table_matches_the_issue() -> None:
-    """soft compiles on all four GPU targets; ptx only on sm_100; gfx950 only on gfx950 -- and the
-    process aborts of the illegal ones are rows of the table, not crashes of the tool."""
+    """soft compiles on all four GPU targets; ptx only on sm_100; gfx950 only on gfx950; the fp8
+    formats' cvt on NVIDIA (sm_90, sm_100) -- and the process aborts of the illegal ones are rows of
+    the table, not crashes of the tool."""
     out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "pack", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
@@ -108,6 +175,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         "soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
         "ptx": {"sm_100"},
         "gfx950": {"gfx950"},
+        "cvt": {"sm_90", "sm_100"},
     }
     seen: dict[tuple[str, str, str], str] = {}
     for r in rows:
@@ -120,9 +188,12 @@ def test_xcompile_table_matches_the_issue() -> None:
             assert r["registers"] and r["registers"] > 0 and r["spills"] is not None
         else:
             assert r["error"]
-    # Every backend was built for every GPU target on the e2m1 formats.
+    # Every backend was built for every GPU target on the formats it converts.
     for b in expect:
         for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
+            if b == "cvt":
+                assert all((b, fmt, t) in seen for fmt in ("fp8_528", "fp8_584", "fp8_132"))
+                continue
             assert (b, "nvfp4_288", t) in seen and (b, "mxfp4_68", t) in seen
             assert (b, "mxfp4_68+query", t) in seen  # the query quantiser: the same table
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]

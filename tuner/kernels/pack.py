@@ -10,10 +10,10 @@ import torch
 import triton
 
 from catalog.core import Bucket, Config, ProblemKey
-from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, check_query_format,  # noqa: F401
+from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, backend_legality, backends_of,  # noqa: F401
+                                   check_query_format,
                                    default_config, is_query_key, nt_pad, render_query_variant, render_variant,
                                    space)
-from catalog.codecs import E2M1_BACKENDS, e2m1_backend_legality
 from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.formats import QUERY_FORMAT, alloc_cache, quantize, quantize_query, read_slots
@@ -37,8 +37,8 @@ def _checked_config(config: Config | None, f: RecordFormat) -> Config:
     why = space(f).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible pack config {cfg.to_json()}: {why}")
-    illegal = e2m1_backend_legality(cfg["backend"], detect().name)
-    if illegal and f.elem == "e2m1":
+    illegal = backend_legality(f, cfg["backend"], detect().name)
+    if illegal:
         raise ValueError(f"backend {cfg['backend']} cannot run here: {illegal}")
     return cfg
 
@@ -202,14 +202,15 @@ class PackFamily(PackSpec, KernelFamily):
         return (frozenset({"cache_ptr", "cache16_ptr"}),)
 
     def xcompile_cases(self) -> Sequence[XCompileCase]:
-        """Each backend on the e2m1 formats it converts, plus `soft` on every fp8 format; and each
-        backend of the query quantiser (detail "mxfp4_68+query", the key's formats joined)."""
+        """Each backend on the formats it converts (e2m1 backends on the e2m1 formats, e4m3 ones on
+        the fp8 formats); and each backend of the query quantiser (detail "mxfp4_68+query", the
+        key's formats joined)."""
         cases = []
         builds = [(name, f, render_variant, "pack_kernel", name) for name, f in FORMATS.items()]
         builds += [(name, FORMATS[name], render_query_variant, "quant_query_kernel", f"{name}+query")
                    for name in QUERY_FORMATS]
         for name, f, render, kernel, detail in builds:
-            for backend in E2M1_BACKENDS if f.elem == "e2m1" else ("soft",):
+            for backend in backends_of(f):
                 cfg = default_config(f)
                 rendered = render(f, backend)
                 cases.append(
