@@ -47,8 +47,8 @@ BASE_STRUCTS = [(16, "heads_m", 8, 1), (32, "keys_m", 8, 2)]  # fewer compiles f
 
 
 class Shape:
-    def __init__(self, smoke: bool) -> None:
-        self.heads, self.topk, self.window = (16, 40, 20) if smoke else (16, 512, 128)
+    def __init__(self, smoke: bool, heads: int = 16) -> None:
+        self.heads, self.topk, self.window = (heads, 40, 20) if smoke else (heads, 512, 128)
         self.ts = [1, 2] if smoke else [1, 2, 4, 8, 16, 32, 64]
         self.comp_pool = 1 << (10 if smoke else 19)  # 151 MB of nvfp4_288 records, 306 MB of fp8_584
         self.win_pool = 1 << (9 if smoke else 17)
@@ -263,12 +263,14 @@ def main() -> int:
     ap.add_argument("--ts", default=None, help="only these T, e.g. 1,64 (default: 1..64)")
     ap.add_argument("--skip-checks", action="store_true", help="no variant checks (each timed config is still verified)")
     ap.add_argument("--name", default=None, help="results file name (default: decode, or decode_smoke)")
+    ap.add_argument("--heads", type=int, default=16,
+                    help="local heads (default 16, the seed shape; issue 28 sweeps 16, 32, 64: run once per H)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     target = detect()
     gpu = target.is_gpu
     device = "cuda" if gpu else "cpu"
-    shape = Shape(args.smoke)
+    shape = Shape(args.smoke, args.heads)
     if args.ts:
         shape.ts = [int(t) for t in args.ts.split(",")]
     structs = STRUCTS[:1] if args.smoke else STRUCTS

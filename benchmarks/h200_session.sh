@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|logits|decode|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -45,6 +45,23 @@ for phase in "$@"; do
       --out "$OUT/results" \
       >"$OUT/bench_logits.log" 2>&1
     echo "bench_logits rc=$?" >>"$OUT/bench_logits.log"
+    ;;
+  pack)  # byte-exactness of every legal backend (cvt included) and the config sweep, 1M tokens
+    timeout $(( ${PACK_S:-$(( $(left) - 10 ))} )) python3 benchmarks/bench_pack.py --out "$OUT/results" \
+      >"$OUT/bench_pack.log" 2>&1
+    echo "bench_pack rc=$?" >>"$OUT/bench_pack.log"
+    ;;
+  pack-tests)  # the pack tests on the GPU: every legal backend byte-exact, every e4m3 code and tie
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_pack.py -k "matches_reference or every_code_and_tie" \
+      -p no:cacheprovider >"$OUT/results/pytest_pack_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_pack_gpu_h200.log"
+    ;;
+  decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
+    for h in ${HEADS:-32 64}; do
+      timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks \
+        --budget-s $(( $(left) / 2 - 60 )) --name "decode_h$h" --out "$OUT/results" >"$OUT/bench_decode_h$h.log" 2>&1
+      echo "bench_decode H=$h rc=$?" >>"$OUT/bench_decode_h$h.log"
+    done
     ;;
   decode)
     d_s=${DECODE_S:-$(( $(left) - 10 ))}
