@@ -33,11 +33,13 @@ def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: i
     # (a bundle skips a family whose key raises ValueError; a later failure would be a 500).
     if kernel == "decode":
         from catalog.families.decode import check_formats as check_decode
+        from catalog.families.decode import check_heads
 
         fm = fm or DECODE_FORMATS
         if len(fm) != 2:
             raise ValueError(f"decode takes two formats (compressed, window), got {list(fm)}")
         check_decode(*fm)
+        check_heads(heads)
         return ProblemKey("decode", arch, heads=heads, topk=topk, window=window, formats=fm, head_dim=DECODE_HEAD_DIM)
     if kernel == "logits":
         fm = fm or LOGITS_FORMATS

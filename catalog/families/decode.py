@@ -70,6 +70,14 @@ def check_formats(comp_fmt: str, win_fmt: str) -> None:
     _fmt512(win_fmt)
 
 
+def check_heads(heads: int) -> None:
+    """ValueError unless the kernels take `heads` local heads (what `catalog.keys.make_key` checks):
+    a key no kernel can launch would be tuned only to fail every trial."""
+    if not 1 <= heads <= MAX_HEADS:
+        raise ValueError(f"decode takes 1..{MAX_HEADS} local heads (the tile keeps a [heads, 512] fp32 "
+                         f"accumulator a program), got {heads}")
+
+
 def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
 
@@ -139,6 +147,15 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
 
 def default_config(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Config:
     return space(comp_fmt, win_fmt).default()
+
+
+def config_constexprs(config: Config) -> dict[str, Any]:
+    """The Triton decode_kernel's constexprs that come from a config, under the kernel's names: what
+    the launcher passes and the cross-compiler builds, from this one place. MMA="keys_m" is SWAP
+    (keys on the MMA's M side: the transposed product), DOT="fp32" is DOT_FP32. The rest of the
+    kernel's constexprs follow the call (heads, the split plan, sinks), not the config."""
+    return {"BLOCK_N": config["BLOCK_N"], "DOT_FP32": config["DOT"] == "fp32", "SWAP": config["MMA"] == "keys_m",
+            "PREFETCH": bool(config.get("PREFETCH", 0))}
 
 
 def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, backend: str) -> R.Rendered:

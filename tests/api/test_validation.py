@@ -70,6 +70,13 @@ def test_a_tune_request_its_family_cannot_render_is_a_422_that_names_it(api: Api
     assert r.status_code == 422 and "logits reads" in r.json()["detail"], r.text
     r = api.http.post("/v1/tune", json={"kernel": "decode", **SEED, "formats": ["mxfp4_68", "fp8"]}, headers=AUTH)
     assert r.status_code == 422 and "decode tile reads" in r.json()["detail"], r.text
+    # More local heads than the decode kernels take: refused before any trial would fail on it,
+    # and a bundle for that shape says why decode is missing instead of serving a default it cannot run.
+    r = api.http.post("/v1/tune", json={"kernel": "decode", **{**SEED, "heads": 128}}, headers=AUTH)
+    assert r.status_code == 422 and "decode takes 1..64 local heads" in r.json()["detail"], r.text
+    b = api.http.get("/v1/configs", params={**SEED, "heads": 128}).json()
+    assert "decode" not in b["kernels"] and "1..64 local heads" in b["unavailable"]["decode"]
+    assert "logits" in b["kernels"] and "pack" in b["kernels"]
     assert api.jobs() == 0
 
 

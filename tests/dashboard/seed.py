@@ -63,7 +63,7 @@ def many_keys(n: int = 50) -> list[ProblemKey]:
         arch = ARCHS[i % 3]
         kind = (i // 3) % 3
         if kind == 0:
-            key = make_key("decode", arch, heads=8 * (1 + i % 16), topk=256 << (i % 4), window=128)
+            key = make_key("decode", arch, heads=4 * (1 + i % 16), topk=256 << (i % 4), window=128)
         elif kind == 1:
             key = make_key("pack", arch, formats=[sorted(FORMATS)[(i // 9) % len(FORMATS)]])
         else:

@@ -117,7 +117,7 @@ def test_one_key(site: Site) -> None:
 def test_fifty_keys_three_archs_and_stale(site: Site) -> None:
     keys = seed.fill_many(site.db, 50)
     # An older Triton on sm_90 for one more key: only its rows are stale.
-    old = make_key("decode", "sm_90", heads=256, topk=4096)
+    old = make_key("decode", "sm_90", heads=48, topk=4096)
     seed.publish(site.db, old, [seed.Row(Bucket("T", 1, 1), 50.0, 40.0)], triton="3.5.1")
     doc = site.page()
 

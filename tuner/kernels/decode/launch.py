@@ -16,8 +16,8 @@ import triton
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HEADS, WGMMA_ILLEGAL,
-                                     WGMMA_MERGE_BACKEND, _fmt512, default_config, has_e2m1, render_variant,
-                                     render_wgmma, space, wgmma_legality)
+                                     WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, default_config, has_e2m1,
+                                     render_variant, render_wgmma, space, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -317,12 +317,11 @@ def _decode_triton(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, 
             heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
             q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
             plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
-            BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
+            BLOCK_H=block_h, BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
             COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
             N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, ONLY=only, FUSED=fused,
-            HAS_SINK=attn_sink is not None, DOT_FP32=cfg["DOT"] == "fp32", SWAP=cfg["MMA"] == "keys_m",
-            UPCAST=interpreting(), PREFETCH=bool(cfg["PREFETCH"]), num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
+            HAS_SINK=attn_sink is not None, UPCAST=interpreting(), **config_constexprs(cfg),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
     if plan.partial and not fused:
         launch_combine(mod, part_o, part_ml, sink, o, lse, parts, attn_sink is not None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from catalog.core import Config
 from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, cfg_backends,
-                                     default_config, render_variant, render_wgmma, wgmma_reads)
+                                     config_constexprs, default_config, render_variant, render_wgmma, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.decode.launch import combine_tile
@@ -102,11 +102,10 @@ def main_case(cf: RecordFormat, wf: RecordFormat, backend: str, cfg: Config, spl
         rendered=rendered,
         kernel_name="decode_kernel",
         signature=kernel_signature(rendered, "decode_kernel", ARG_TYPES),
-        constexprs={"BLOCK_H": 16, "BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": MAX_SPLITS, "SPLIT": split,
+        constexprs={"BLOCK_H": 16, "BLOCK_S": MAX_SPLITS, "SPLIT": split,
                     "APART": apart, "ONLY": only, "FUSED": fused, "HAS_SINK": True,
-                    "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0,
-                    "DOT_FP32": cfg["DOT"] == "fp32", "SWAP": cfg["MMA"] == "keys_m", "UPCAST": False,
-                    "PREFETCH": bool(cfg.get("PREFETCH", 0))},
+                    "STATIC_TRIPS": False, "COMP_CHUNK": 0, "WIN_CHUNK": 0, "N_PARTS": 0, "UPCAST": False,
+                    **config_constexprs(cfg)},
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         detail=detail,
