@@ -27,8 +27,8 @@ _E2M1_ILLEGAL: dict[tuple[str, str], str] = {
 
 # The e4m3 conversion backends of the fp8 record writers (pack): "soft" rounds with integer ops
 # (templates/_codecs.py.j2 `_e4m3_encode`); "cvt" converts element pairs with the hardware's
-# cvt.rn.satfinite.e4m3x2.f32 after the writer's clamp to +-448 (one instruction for two elements,
-# where the integer rounding takes a dozen).
+# cvt.rn.satfinite.e4m3x2.f32 (one instruction for two elements, where the integer rounding takes
+# about a dozen each: benchmarks/results/pack_issue_limit_sm90.md).
 E4M3_BACKENDS: tuple[str, ...] = ("soft", "cvt")
 
 _E4M3_ILLEGAL: dict[tuple[str, str], str] = {

@@ -10,10 +10,9 @@ import torch
 import triton
 
 from catalog.core import Bucket, Config, ProblemKey
-from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, backend_legality, backends_of,  # noqa: F401
-                                   check_query_format,
-                                   default_config, is_query_key, nt_pad, render_query_variant, render_variant,
-                                   space)
+from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, backend_legality,  # noqa: F401
+                                   backends_of, check_query_format, default_config, is_query_key, nt_pad,
+                                   render_query_variant, render_variant, space)
 from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.formats import QUERY_FORMAT, alloc_cache, quantize, quantize_query, read_slots

@@ -15,8 +15,8 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from catalog.core import Config
-from catalog.families.logits import (MXFP4_Q, kernel_constexprs, WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads,
-                                     config_legality, default_config, desc_box, render_variant, scale_desc, space)
+from catalog.families.logits import (MXFP4_Q, WGMMA_BLOCK_N, WGMMA_SWIZZLE, _check_fmt, _check_heads, config_legality,
+                                     default_config, desc_box, kernel_constexprs, render_variant, scale_desc, space)
 from catalog.formats import RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.targets import detect

@@ -5,10 +5,10 @@ signature is its kernel's own parameter list (`tuner.kernels.signature`), typed 
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.logits import (BASE_VARIANTS, kernel_constexprs, DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS,
+from catalog.families.logits import (BASE_VARIANTS, DECODING_DOTS, E2M1_ONLY_DOTS, KEY_SCALED_DOTS, LOGITS_FORMATS,
                                      MXFP4_Q, MXFP4Q_VARIANTS, SEED_HEADS, SEED_PAGE, WGMMA_BLOCK_N, WGMMA_DESC_TYPE,
-                                     default_config, desc_box, dot_config, parse_variant, render_variant, scale_desc,
-                                     variant_name)
+                                     default_config, desc_box, dot_config, kernel_constexprs, parse_variant,
+                                     render_variant, scale_desc, variant_name)
 from catalog.formats import get_format, page_bytes
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.signature import kernel_signature
