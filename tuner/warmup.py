@@ -314,8 +314,8 @@ def keys_for(
     (`probe_contexts(bucket)`: logits), the contexts that reach every class of the arguments that
     follow the context length, since an engine's longest context varies below the bucket's (with
     `make_inputs` given, only the sizes), each with every choice of optional arguments that
-    selects another binary (`probe_variants`: decode with and without sinks). Pool pointers get their large class added by
-    `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
+    selects another binary (`probe_variants`: decode with and without sinks). Pool pointers get
+    their large class added by `launch_specs`. Kernels are recorded, never run, so `device` may be a GPU of the target's model:
     launchers that size launches from the device (e.g. by its SM count) must be recorded on one.
     """
     from tuner.kernels import get_family
