@@ -106,7 +106,8 @@ def phase(args: argparse.Namespace) -> int:
         data = json.loads(Path(args.keys).read_text())
         keys = [WarmupKey.from_json(k) for k in data["keys"]]
         r = warm(keys, data["sources"])
-        report.update(keys=r.keys, warm_compiles=r.compiled, warm_seconds=round(r.seconds, 2), warm_failed=list(r.failed))
+        report.update(keys=r.keys, warm_compiles=r.compiled, warm_seconds=round(r.seconds, 2),
+                      warm_failed=list(r.failed))
     # Warmed: the loop runs under the guard that raises on any compile. Cold: the same loop, counted.
     guard = no_compiles if args.phase == "warm" else count_compiles
     seen: list[str] = []
