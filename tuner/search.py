@@ -455,7 +455,10 @@ def close_studies(key: ProblemKey, buckets: Iterable[Bucket], *, storage: Any, s
         try:
             study = optuna.load_study(study_name=study_name(key, bucket, study_job), storage=storage)
             fail_stale(study)
-            fail_running(study, _older_attempt({"attempt": attempt}))
+            older = _older_attempt({"attempt": attempt})
+            # An untagged RUNNING trial was asked by a process that died before it could tag it (or
+            # beat): at publish time no participant is between those two steps any more.
+            fail_running(study, lambda t: older(t) or RUN_ATTR not in t.user_attrs)
         except KeyError:
             continue  # a stand-in tuner keeps no study
         except Exception as e:  # noqa: BLE001 - the database's trouble must not cost the publish
