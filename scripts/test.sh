@@ -20,5 +20,5 @@ python3 -m venv .venv
 # folders it lacks (a warning a package) nor setuptools' note on editable installs.
 PYTHONWARNINGS=ignore .venv/bin/python -m pip install -qq --disable-pip-version-check torch==2.13.0 -e '.[tuner,test]'
 
-phase "pytest: the whole suite (interpreter kernels, cross-compile tables, real uvicorn, PostgreSQL, Chromium; ~15 min on 2 cores)"
+phase "pytest: the whole suite (interpreter kernels, cross-compile tables, real uvicorn, PostgreSQL, Chromium; ~20 min on 2 cores)"
 exec .venv/bin/python -m pytest -q --durations=15 "$@"
