@@ -59,10 +59,14 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict
     moved = pack_bytes(fmt, n)
     target = detect().name
     cfgs = [c for c in space(fmt).grid() if not backend_legality(fmt, c["backend"], target)]
-    # The default first, then a seeded sample of the rest of the grid (compiles dominate the run).
+    # The default first, then the default's tiles with every other legal backend (an A/B of the
+    # element conversion in the same run), then a seeded sample of the rest of the grid (compiles
+    # dominate the run).
     dflt = default_config(fmt)
-    rest = [c for c in cfgs if c != dflt]
-    cfgs = [dflt] + random.Random(0).sample(rest, min(len(rest), max_configs - 1))
+    ab = [dflt.replace(backend=b) for b in space(fmt).params[0].choices
+          if b != dflt["backend"] and not backend_legality(fmt, b, target)]
+    rest = [c for c in cfgs if c != dflt and c not in ab]
+    cfgs = [dflt] + ab + random.Random(0).sample(rest, min(len(rest), max(0, max_configs - 1 - len(ab))))
     rows = []
     for c in cfgs:
         try:
@@ -73,8 +77,26 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict
         rows.append({"config": c.as_dict(), "us": us, "frac_of_copy": moved / (us * 1e-6) / copy_bw})
     ok = [r for r in rows if "us" in r]
     best = min(ok, key=lambda r: r["us"])
+    by_backend = {b: min((r for r in ok if r["config"]["backend"] == b), key=lambda r: r["us"])
+                  for b in {r["config"]["backend"] for r in ok}}
     return {"format": fmt, "tokens": n, "bytes_moved": moved, "default": ok[0], "best": best,
-            "floor_us": moved / copy_bw * 1e6, "configs_timed": len(ok), "rows": rows}
+            "best_by_backend": by_backend, "floor_us": moved / copy_bw * 1e6, "configs_timed": len(ok),
+            "rows": rows}
+
+
+SMALL_N = (1, 16, 256)
+
+
+def small_n(fmt: str, page: int, configs: dict[str, Config]) -> dict[str, dict[int, float]]:
+    """Latency at a decode step's token counts, CUDA-graph replay (as an engine runs the writer):
+    launch-bound, so one number per config and N, not a fraction of a floor."""
+    out: dict[str, dict[int, float]] = {}
+    for name, c in configs.items():
+        out[name] = {}
+        for n in SMALL_N:
+            x, slots, cache = _inputs(fmt, n, page, seed=3)
+            out[name][n] = time_us(lambda: pack(x, slots, cache, fmt, page, c), graph=True, rep=50)
+    return out
 
 
 def main() -> int:
@@ -97,6 +119,8 @@ def main() -> int:
         r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else 16)
         results.append(r)
         d, b = r["default"], r["best"]
+        r["small_n_us"] = small_n(fmt, args.page, {"default": Config.from_dict(d["config"]),
+                                                   "best": Config.from_dict(b["config"])})
         print(f"  {fmt}: default {d['us']:.1f} us ({d['frac_of_copy']:.1%} of copy), best {b['us']:.1f} us "
               f"({b['frac_of_copy']:.1%}) {b['config']}, floor {r['floor_us']:.1f} us, {r['configs_timed']} configs", flush=True)
     md = [f"# pack benchmark\n\n{prov['gpu']} ({target}), torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}\n",
@@ -108,6 +132,18 @@ def main() -> int:
         d, b = r["default"], r["best"]
         md.append(f"| {r['format']} | {', '.join(f'{k}: {v}' for k, v in exact[r['format']].items())} | {d['us']:.1f} | "
                   f"{d['frac_of_copy']:.1%} | {b['us']:.1f} | {b['frac_of_copy']:.1%} | `{Config.from_dict(b['config']).to_json()}` |")
+    md += ["", "Best of each element backend (same run), and the copy floor:", "",
+           "| format | floor us | " + " | ".join(f"best {k} us" for k in ("soft", "cvt", "ptx", "gfx950")) + " |",
+           "|---|---|---|---|---|---|"]
+    for r in results:
+        cells = [f"{r['best_by_backend'][k]['us']:.1f}" if k in r["best_by_backend"] else "-"
+                 for k in ("soft", "cvt", "ptx", "gfx950")]
+        md.append(f"| {r['format']} | {r['floor_us']:.1f} | " + " | ".join(cells) + " |")
+    md += ["", f"Small N (CUDA-graph replay median, us; launch-bound): N = {', '.join(map(str, SMALL_N))}", "",
+           "| format | config | " + " | ".join(f"N={n}" for n in SMALL_N) + " |", "|---|---|" + "---|" * len(SMALL_N)]
+    for r in results:
+        for name, t in r["small_n_us"].items():
+            md.append(f"| {r['format']} | {name} | " + " | ".join(f"{t[n]:.2f}" for n in SMALL_N) + " |")
     write_results(args.out, "pack_h200", {"provenance": prov, "copy_bw_Bps": bw, "exact": exact, "results": results},
                   "\n".join(md) + "\n")
     print(f"done in {time.time() - t0:.0f}s")

@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -55,6 +55,16 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_pack.py -k "matches_reference or every_code_and_tie" \
       -p no:cacheprovider >"$OUT/results/pytest_pack_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_pack_gpu_h200.log"
+    ;;
+  pack-tune)  # issue 26: kvtune tune per record format on the 1M-token bucket (the new backends found?)
+    fmts=(${PACK_TUNE_FORMATS:-fp8_528 fp8_584 fp8_132 mxfp4_68 nvfp4_288})
+    for i in "${!fmts[@]}"; do
+      f=${fmts[$i]}; share=$(( ($(left) - 10) / (${#fmts[@]} - i) ))
+      timeout $share python3 -m kvtune.cli tune --kernel pack --arch auto --formats "$f" --buckets 16385-1048576 \
+        --trials "${PACK_TRIALS:-24}" --time-budget $(( share - 15 )) --out "$OUT/results/tune_pack_${f}_h200.json" \
+        >"$OUT/tune_pack_$f.log" 2>&1
+      echo "tune $f rc=$?" >>"$OUT/tune_pack_$f.log"
+    done
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
     for h in ${HEADS:-32 64}; do

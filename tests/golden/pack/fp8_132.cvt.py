@@ -130,7 +130,8 @@ def pack_kernel(
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    slot = tl.load(slot_ptr + rows, mask=rows < n_tokens, other=-1).to(tl.int64)
+    in_rows = rows < n_tokens
+    slot = tl.load(slot_ptr + rows, mask=in_rows, other=-1).to(tl.int64)
     live = slot >= 0
     slot = tl.where(live, slot, 0)
     # 64-bit addressing throughout: a KV pool is routinely larger than 2 GiB.
@@ -145,13 +146,17 @@ def pack_kernel(
     k2 = tl.arange(0, TILE // 2)
     pair = tiles[:, None] * (TILE // 2) + k2[None, :]  # pair index within the row
     m3 = live[:, None, None] & tile_ok[None, :, None]
+    # The rows are loaded by whether they exist, not by their slots: a row whose slot is -1 is read
+    # and not stored, and the loads do not wait for the slots' round trip to DRAM (two in a row
+    # per program otherwise, in a kernel whose programs each make one pass).
+    ld3 = in_rows[:, None, None] & tile_ok[None, :, None]
     if IN_BF16:
-        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=m3, other=0)
+        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=ld3, other=0)
         ev_bits = w << 16  # element 2i: the low half of the word
         od_bits = w & -65536  # element 2i+1: the high half
     else:
-        ev_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :], mask=m3, other=0)
-        od_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :] + 1, mask=m3, other=0)
+        ev_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :], mask=ld3, other=0)
+        od_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :] + 1, mask=ld3, other=0)
 
     # amax as an integer max of |bits|: positive floats order like their bit patterns, and inf/NaN
     # sit above every finite value, so one max finds both the scale and a non-finite tile.
