@@ -123,7 +123,13 @@ def _picked(pair: tuple[str, str], picks: list[str]) -> list[Config]:
     d = default_config(*pair)
     has_backend = "backend" in d.as_dict() and len(cfg_backends(*pair)) > 1
     texts = [",".join(i for i in t.split(",") if has_backend or not i.startswith("backend=")) for t in picks]
-    return list(dict.fromkeys([d] + [parse_cfg(t, d) for t in texts]))
+    cfgs = [parse_cfg(t, d) for t in texts]
+    # A wgmma pick runs as the path's config (its fixed parameters), on the pairs the path reads;
+    # its warps are the pick's if it names them, else the path's seed's.
+    cfgs = [wgmma_config(c.replace(MMA="heads_m") if "num_warps" not in t else c) if c["MMA"] == "wgmma" else c
+            for c, t in zip(cfgs, texts)]
+    cfgs = [c for c in cfgs if c["MMA"] != "wgmma" or wgmma_reads(*pair)]
+    return list(dict.fromkeys([d] + cfgs))
 
 
 def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shape: Shape, device: torch.device,

@@ -104,7 +104,8 @@ def main() -> int:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tokens", type=int, default=1 << 20)
     ap.add_argument("--page", type=int, default=64)
-    ap.add_argument("--max-configs", type=int, default=60)
+    ap.add_argument("--max-configs", type=int, default=60, help="configs timed for nvfp4_288 (the largest space)")
+    ap.add_argument("--max-configs-other", type=int, default=16, help="configs timed for each other format")
     args = ap.parse_args()
     target = detect().name
     prov = provenance()
@@ -116,7 +117,7 @@ def main() -> int:
         print(f"  exactness {fmt}: {r}", flush=True)
     results = []
     for fmt in FORMATS:
-        r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else 16)
+        r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else args.max_configs_other)
         results.append(r)
         d, b = r["default"], r["best"]
         r["small_n_us"] = small_n(fmt, args.page, {"default": Config.from_dict(d["config"]),

@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|heads-table|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -48,6 +48,7 @@ for phase in "$@"; do
     ;;
   pack)  # byte-exactness of every legal backend (cvt included) and the config sweep, 1M tokens
     timeout $(( ${PACK_S:-$(( $(left) - 10 ))} )) python3 benchmarks/bench_pack.py --out "$OUT/results" \
+      --max-configs-other "${PACK_CONFIGS:-16}" \
       >"$OUT/bench_pack.log" 2>&1
     echo "bench_pack rc=$?" >>"$OUT/bench_pack.log"
     ;;
@@ -64,6 +65,18 @@ for phase in "$@"; do
         --trials "${PACK_TRIALS:-24}" --time-budget $(( share - 15 )) --out "$OUT/results/tune_pack_${f}_h200.json" \
         >"$OUT/tune_pack_$f.log" 2>&1
       echo "tune $f rc=$?" >>"$OUT/tune_pack_$f.log"
+    done
+    ;;
+  heads-table)  # issue 28's table: H = 16, 32, 64 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
+    # the default, the wgmma path with one and two warpgroups, and the Triton tile's measured winners
+    hs=(${HEADS:-16 32 64})
+    for i in "${!hs[@]}"; do
+      h=${hs[$i]}; share=$(( ($(left) - 5) / (${#hs[@]} - i) ))
+      timeout $share python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks --budget-s $(( share - 30 )) \
+        --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
+        --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
+        --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
+      echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
@@ -110,8 +123,8 @@ for phase in "$@"; do
       -k "wgmma or over_2gib" -p no:cacheprovider >"$OUT/results/pytest_wgmma_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_wgmma_gpu_h200.log"
     ;;
-  decode-wgmma-tests)  # the decode tile's Gluon wgmma path on the GPU (T=1..64, every split count; ~75 s)
-    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_decode.py -k wgmma -p no:cacheprovider \
+  decode-wgmma-tests)  # the decode tile's Gluon wgmma path on the GPU (T=1..64, every split count, every head count)
+    timeout $(( ${WGMMA_TESTS_S:-$(( $(left) - 5 ))} )) python3 -m pytest -q tests/tuner/test_decode.py -k "${WGMMA_K:-wgmma}" -p no:cacheprovider \
       >"$OUT/results/pytest_decode_wgmma_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wgmma_gpu_h200.log"
     ;;

@@ -50,7 +50,10 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
         cfg = parse_cfg(text, D.default_config(*formats))
         fmts = [D.get_format(f) for f in formats]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
-            return [(text, D.FAMILY._wgmma_case(*fmts, split=True))]
+            # One warpgroup unless the text asks for num_warps=8 (two, at their 32 heads).
+            warps = int(cfg["num_warps"]) if "num_warps" in text else D.WGMMA_WARPS
+            heads = D.wgmma_heads(cfg.replace(num_warps=warps), 64, *fmts)
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=heads, warps=warps))]
         apart, fused = cfg["LISTS"] != "both", cfg["COMBINE"] == "fused"
         if cfg["LISTS"] == "separate":
             return [(f"{text} [{name}]", D.FAMILY._main_case(*fmts, cfg["backend"], cfg, split=True, apart=True,

@@ -23,7 +23,13 @@ WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf1
 
 WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
 
-WGMMA_HEADS = 16  # the MMAs' N: heads padded to 16
+# Heads a wgmma program takes (the MMAs' N), by its warps: one warpgroup holds 16 heads' [512]
+# fp32 accumulators in 64 registers a thread, two warpgroups 32 heads' in as many (176 registers
+# a thread in all, no spills; 32 heads in one warpgroup spill: static sm_90 counts). More heads
+# than that run in groups, grid axis 2 (`wgmma_heads`).
+WGMMA_HEADS = 16
+WGMMA_HEADS_2WG = 32
+WGMMA_WARPS = 4  # the path's seed: one warpgroup (measured at the seed shape, 16 heads)
 
 # The Triton module whose decode_combine merges the wgmma path's splits (every backend renders the
 # same decode_combine).
@@ -32,7 +38,7 @@ WGMMA_MERGE_BACKEND = "soft"
 # What the wgmma path fixes (one warpgroup, 64-key tiles, bf16 dots, its own e2m1 lookups and
 # split plan): every other value of these axes would be the same kernel under another name.
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
-                               "PREFETCH": 0, "num_warps": 4, "num_stages": 1}
+                               "PREFETCH": 0, "num_stages": 1}
 
 WGMMA_ILLEGAL: dict[str, str] = {
     "interp": "a Gluon kernel: Triton's interpreter does not run Gluon",
@@ -169,9 +175,38 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 
 def wgmma_config(cfg: Config) -> Config:
     """`cfg` on the wgmma path: MMA=wgmma with the parameters the path fixes (WGMMA_FIXED; the
-    backend axis at its default, "soft": the kernel's e2m1 lookups are its own). Its split count
-    (NUM_SPLITS, see `wgmma_plan`) is the one parameter it keeps."""
-    return cfg.replace(MMA="wgmma", backend="soft", **WGMMA_FIXED)
+    backend axis at its default, "soft": the kernel's e2m1 lookups are its own). It keeps its
+    split count (NUM_SPLITS, see `wgmma_plan`) and, if it is already a wgmma config, its warps
+    (4 or 8: one warpgroup or two); another config comes onto the path with the seed's 4."""
+    warps = cfg["num_warps"] if cfg.get("MMA") == "wgmma" else WGMMA_WARPS
+    return cfg.replace(MMA="wgmma", backend="soft", num_warps=warps, **WGMMA_FIXED)
+
+
+# The most shared memory a block may opt into on sm_90 (227 KiB; cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SM90_SHARED_MAX = 232448
+WGMMA_SHARED_SLACK = 512  # the compiler's own shared scratch beyond the buffers, at most (sm_90 builds)
+
+
+def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
+    """Shared memory of a wgmma program taking `hb` heads (what the compiler reports less its own
+    scratch, 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the query's four chunks, and each list's
+    stage buffers (two tiles of raw data rows and scale rows; see templates/decode_wgmma.py.j2)."""
+    def stage(f: RecordFormat) -> int:
+        row = 64 if f.elem == "e2m1" else 128  # a chunk's data bytes a key
+        return 2 * WGMMA_BLOCK_N * (4 * row + f.scale_bytes)
+    kv = 4 * WGMMA_BLOCK_N * 128 * 2
+    return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2 + stage(get_format(comp_fmt)) + stage(get_format(win_fmt))
+
+
+def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
+    """Heads a program of the wgmma path takes (its HB) for a launch of `heads`: 32 with two
+    warpgroups where there are more than 16 and shared memory holds their query beside the
+    pair's stage buffers (not with two fp8_528 lists: 238 KB), else 16; the launch runs
+    ceil(heads / HB) groups."""
+    if cfg["num_warps"] == 8 and heads > WGMMA_HEADS and \
+            wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HEADS_2WG) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX:
+        return WGMMA_HEADS_2WG
+    return WGMMA_HEADS
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
@@ -240,12 +275,14 @@ class DecodeSpec(FamilySpec):
         return wgmma_config(config) if config.get("MMA") == "wgmma" else config
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
-        """The wgmma path where it runs (sm_90, records it reads): a search measures it second,
-        since a few TPE trials may not draw it (8 trials of a T=1 tune did not:
+        """The wgmma path where it runs (sm_90, records it reads): a search measures it second
+        (and third, its two-warpgroup build, above 16 heads), since a few TPE trials may not draw it (8 trials of a T=1 tune did not:
         benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
-        return [wgmma_config(default_config(*key.formats))]
+        seed = wgmma_config(default_config(*key.formats))
+        # More heads than one warpgroup's 16: two warpgroups of 32 heads as well.
+        return [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(DECODE_BUCKETS)

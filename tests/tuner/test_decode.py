@@ -182,8 +182,10 @@ def test_space_is_data() -> None:
     assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
     triton_grid = [c for c in grid if c["MMA"] != "wgmma"]
     assert sum(1 for c in triton_grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(triton_grid)
-    # The wgmma path: one config per split count (its other parameters are fixed).
-    assert sorted(c["NUM_SPLITS"] for c in grid if c["MMA"] == "wgmma") == [0, 1, 2, 4, 8, 16, 32]
+    # The wgmma path: one config per split count and warps (one warpgroup or two; its other
+    # parameters are fixed).
+    wg = sorted((c["num_warps"], c["NUM_SPLITS"]) for c in grid if c["MMA"] == "wgmma")
+    assert wg == [(w, s) for w in (4, 8) for s in (0, 1, 2, 4, 8, 16, 32)]
     # No e2m1 side: no backend axis, and every backend renders the same module.
     assert cfg_backends("fp8_584", "fp8_584") == ("soft",)
     assert render_variant("fp8_584", "fp8_584", "ptx").source == render_variant("fp8_584", "fp8_584", "soft").source
@@ -491,7 +493,9 @@ def _wgmma(comp: str, win: str, splits: int = 0) -> Config:
 def test_wgmma_space_fixes_its_parameters() -> None:
     sp = space("nvfp4_288", "fp8_528")
     assert sp.infeasible(_wgmma("nvfp4_288", "fp8_528")) is None
-    assert "num_warps=4" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_warps=8))
+    assert _wgmma("nvfp4_288", "fp8_528")["num_warps"] == 4  # a config comes onto the path with one warpgroup
+    assert sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_warps=8)) is None  # or two
+    assert "num_stages=1" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_stages=2))
     assert "backend=soft" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(backend="lut"))
     # fp8_584's bf16 dims are not read by the wgmma path.
     assert "records" in space("fp8_584", "fp8_584").infeasible(_wgmma("fp8_584", "fp8_584").replace())
@@ -499,8 +503,10 @@ def test_wgmma_space_fixes_its_parameters() -> None:
     # A search's sample of the path runs as the path's config, its split count kept; others as drawn.
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
     drawn = default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma", BLOCK_N=16, LISTS="apart", PREFETCH=1,
-                                                           backend="lut", num_stages=3, NUM_SPLITS=4)
+                                                           backend="lut", num_stages=3, NUM_SPLITS=4, num_warps=4)
     assert FAMILY.canonical_config(key, drawn) == _wgmma("nvfp4_288", "fp8_528", 4)
+    # Its warps are drawn too (one warpgroup or two): kept.
+    assert FAMILY.canonical_config(key, drawn.replace(num_warps=8)) == _wgmma("nvfp4_288", "fp8_528", 4).replace(num_warps=8)
     assert sp.infeasible(FAMILY.canonical_config(key, drawn)) is None
     other = drawn.replace(MMA="keys_m")
     assert FAMILY.canonical_config(key, other) == other
@@ -537,6 +543,25 @@ def test_wgmma_plan_covers_every_tile_once() -> None:
         assert (parts, per) == want
         assert (parts - 1) * per < 10 <= parts * per  # no empty program, no tile left out
     assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 40, 20, dev) == (2, 1)  # AUTO, 4 "SMs": at most the tiles
+    # AUTO counts every head group's programs against the SMs: 4 "SMs", 2 groups -> 2 shares a group.
+    assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 512, 128, dev, head_groups=2) == (2, 5)
+
+
+def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
+    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
+
+    one, two = _wgmma("nvfp4_288", "fp8_528"), _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8)
+    pair = ("nvfp4_288", "fp8_528")
+    assert [wgmma_heads(one, h, *pair) for h in (8, 16, 32, 64)] == [16, 16, 16, 16]
+    assert [wgmma_heads(two, h, *pair) for h in (8, 16, 17, 64)] == [16, 16, 32, 32]
+    # Two fp8 lists' stage buffers leave no room for a 32-head query: groups of 16 there.
+    assert wgmma_shared_bytes("fp8_528", "fp8_528", 32) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
+    assert wgmma_heads(two, 64, "fp8_528", "fp8_528") == 16
+    assert wgmma_heads(two, 64, "fp8_528", "nvfp4_288") == 32
+    # The seeds of a search: the two-warpgroup build too where there are more heads than 16.
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two]
+    assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
 def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
@@ -547,27 +572,32 @@ def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
         run_decode("nvfp4_288", "fp8_528", _wgmma("nvfp4_288", "fp8_528"), inp)
 
 
-# The most shared memory a block may opt into on sm_90 (227 KB; cudaDevAttrMaxSharedMemoryPerBlockOptin).
-SM90_SHARED_MAX = 232448
-
-
+@pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
-def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tuple[str, str]) -> None:
+def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tuple[str, str], warps: int) -> None:
     # Compiled on the CPU for sm_90 (benchmarks/static_profile.py, in a process without
-    # TRITON_INTERPRET): a launch needs its shared memory within the opt-in limit (the stage
-    # buffers of two tiles a list take most of it; fp8_528 + fp8_528 is the largest pair), the
-    # records travel by cp.async (LDGSTS), and the registers hold without spilling, as the H200
-    # timings in benchmarks/results/decode_cp_async.md assume.
+    # TRITON_INTERPRET), with one warpgroup (16 heads) and two (the heads `wgmma_heads` gives them
+    # at 64 heads): a launch needs its shared memory within the opt-in limit (the stage buffers of
+    # two tiles a list take most of it; fp8_528 + fp8_528 is the largest pair), as
+    # `wgmma_shared_bytes` predicts it, the records travel by cp.async (LDGSTS), and the
+    # registers hold without spilling, as the H200 timings in
+    # benchmarks/results/decode_cp_async.md assume.
+    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
-    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma"],
+    cfg_text = "MMA=wgmma" + (f",num_warps={warps}" if warps != 4 else "")
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", cfg_text],
                          env=env, capture_output=True, text=True, check=True).stdout
     rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
     cols, row = [c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]
     got = dict(zip(cols, row))
-    assert got["config"] == "MMA=wgmma", out
+    assert got["config"] == cfg_text, out
     assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
     assert 0 < int(got["shared_bytes"]) <= SM90_SHARED_MAX, out
+    hb = wgmma_heads(_wgmma(*pair).replace(num_warps=warps), 64, *pair)
+    predicted = wgmma_shared_bytes(*pair, hb)
+    assert predicted <= int(got["shared_bytes"]) <= predicted + WGMMA_SHARED_SLACK, (hb, predicted, out)
     assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
 
 
@@ -602,3 +632,26 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
         for splits in (0, 1, 2):
             _poison(inp)
             assert verify_decode(comp, win, inp, run_decode(comp, win, _wgmma(comp, win, splits), inp)) is None, page
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, str], warps: int) -> None:
+    """Head counts an engine runs besides the seed's 16 (8, 32, 64, and an odd 24), with one
+    warpgroup (groups of 16 heads) and two (groups of 32, or 16 where the pair's stage buffers
+    leave no room: fp8_528 + fp8_528): T = 1, 8, 64, one program a token and several, with and
+    without sink, a token whose lists are all -1. Outputs poisoned before each run."""
+    comp, win = pair
+    for heads in (8, 24, 32, 64):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            for splits, sink in ((0, True), (4, False), (1, t == 8)):  # each split build with and without sink
+                i = inp if sink else {**inp, "attn_sink": None}
+                _poison(i)
+                out = run_decode(comp, win, _wgmma(comp, win, splits).replace(num_warps=warps), i)
+                why = verify_decode(comp, win, i, out)
+                assert why is None, (heads, t, splits, sink, why)
+                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())

@@ -160,12 +160,25 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
 
 # fp8_528: a chunk of 128 dims is 4 scale tiles of 32 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
-_COMP_L3 = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 4, 2], [4, 1, 1], [2, 1, 0]))
+# (Every layout takes the kernel's warps, nw, along the keys.)
+@gluon.constexpr_function
+def _comp_l3(nw):
+    return gl.BlockedLayout([1, 1, 16], [4, 4, 2], [nw, 1, 1], [2, 1, 0])
+
+
 # The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8
 # or 16 bytes).
-_COMP_S2 = gl.constexpr(gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0]))
+@gluon.constexpr_function
+def _comp_s2(nw):
+    return gl.BlockedLayout([1, 8], [16, 2], [nw, 1], [1, 0])
+
+
 # The data rows [keys, 128 bytes] of a chunk as copied: 16 bytes a thread.
-_COMP_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
+@gluon.constexpr_function
+def _comp_c2(nw):
+    return gl.BlockedLayout([1, 16], [4, 8], [nw, 1], [1, 0])
+
+
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
 _COMP_ROWS = gl.constexpr([8, BLOCK_N, 128])
 _COMP_SROWS = gl.constexpr([2, BLOCK_N, 16])
@@ -176,7 +189,7 @@ def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: g
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
     # the data by chunk (rows[4u + c]: [keys, 128 bytes]), the scale rows (16 bytes a key)
     # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
-    C2: gl.constexpr = _COMP_C2
+    C2: gl.constexpr = _comp_c2(gl.num_warps())
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 512, SHIFT)
     cb = gl.arange(0, 128, layout=gl.SliceLayout(0, C2))
     async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
@@ -191,7 +204,7 @@ def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: g
     async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
                                            cache_ptr + data[:, None] + (384 + cb)[None, :],
                                            mask=valid[:, None])
-    S2: gl.constexpr = _COMP_S2
+    S2: gl.constexpr = _comp_s2(gl.num_warps())
     srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 512, gl.SliceLayout(1, S2),
                                 16, SHIFT)
     sb = gl.arange(0, 16, layout=gl.SliceLayout(0, S2))
@@ -259,12 +272,25 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
 
 # nvfp4_288: a chunk of 128 dims is 8 scale tiles of 8 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
-_WIN_L3 = gl.constexpr(gl.BlockedLayout([1, 2, 8], [8, 4, 1], [4, 1, 1], [2, 1, 0]))
+# (Every layout takes the kernel's warps, nw, along the keys.)
+@gluon.constexpr_function
+def _win_l3(nw):
+    return gl.BlockedLayout([1, 2, 8], [8, 4, 1], [nw, 1, 1], [2, 1, 0])
+
+
 # The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8
 # or 16 bytes).
-_WIN_S2 = gl.constexpr(gl.BlockedLayout([1, 16], [16, 2], [4, 1], [1, 0]))
+@gluon.constexpr_function
+def _win_s2(nw):
+    return gl.BlockedLayout([1, 16], [16, 2], [nw, 1], [1, 0])
+
+
 # The data rows [keys, 64 bytes] of a chunk as copied: 16 bytes a thread.
-_WIN_C2 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
+@gluon.constexpr_function
+def _win_c2(nw):
+    return gl.BlockedLayout([1, 16], [8, 4], [nw, 1], [1, 0])
+
+
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
 _WIN_ROWS = gl.constexpr([8, BLOCK_N, 64])
 _WIN_SROWS = gl.constexpr([2, BLOCK_N, 32])
@@ -275,7 +301,7 @@ def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
     # the data by chunk (rows[4u + c]: [keys, 64 bytes]), the scale rows (32 bytes a key)
     # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
-    C2: gl.constexpr = _WIN_C2
+    C2: gl.constexpr = _win_c2(gl.num_warps())
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 256, SHIFT)
     cb = gl.arange(0, 64, layout=gl.SliceLayout(0, C2))
     async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
@@ -290,7 +316,7 @@ def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl
     async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
                                            cache_ptr + data[:, None] + (192 + cb)[None, :],
                                            mask=valid[:, None])
-    S2: gl.constexpr = _WIN_S2
+    S2: gl.constexpr = _win_s2(gl.num_warps())
     srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 256, gl.SliceLayout(1, S2),
                                 32, SHIFT)
     sb = gl.arange(0, 32, layout=gl.SliceLayout(0, S2))
@@ -395,18 +421,25 @@ def decode_wgmma_kernel(
     HAS_SINK: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    gl.static_assert(num_warps == 4)
-    gl.static_assert(HB == 16)
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    gl.static_assert((num_warps == 4) or (num_warps == 8))
+    gl.static_assert((HB == 16) or (HB == 32))
+    # One warpgroup (4 warps) or two. MMA 1's S^T[64 keys, HB]: a warpgroup takes the 64 keys of
+    # HB / WG heads; MMA 2's O_c^T[128 dims, HB]: a warpgroup takes 128 / WG dims of every head,
+    # so the accumulators (16 * HB / num_warps registers) halve with the second warpgroup.
+    WG: gl.constexpr = num_warps // 4
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, HB // WG, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HB, 16])
     kl: gl.constexpr = gl.SliceLayout(1, s_l)  # a key per row of S^T
     hl: gl.constexpr = gl.SliceLayout(0, s_l)  # a head per column of S^T
-    cL: gl.constexpr = _COMP_L3
-    wL: gl.constexpr = _WIN_L3
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    cL: gl.constexpr = _comp_l3(num_warps)
+    wL: gl.constexpr = _win_l3(num_warps)
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
+    # Grid axis 2: the heads in groups of HB (more heads than one MMA's N: each group's program
+    # walks the same records; a group past the first finds most of them in L2).
+    h0 = gl.program_id(2) * HB
     t64 = tok.to(gl.int64)
     n_comp = gl.cdiv(topk, BLOCK_N)
     n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
@@ -443,7 +476,7 @@ def decode_wgmma_kernel(
     w_slot_n = _slots(widx_row, w_lim, (w0 + 1) * BLOCK_N, kl)
     # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view), each
     # 8-dim group in the order the K chunks have it (_group_order).
-    qh = gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
     q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
     q_mask = (qh < n_heads)[:, None]
@@ -485,9 +518,9 @@ def decode_wgmma_kernel(
 
     # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
     od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
-    oh = gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
     ohm = (oh < n_heads)[None, :]
-    h = gl.arange(0, HB, layout=hl)
+    h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
         row = (t64 * gl.num_programs(1) + sp) * n_heads

@@ -15,9 +15,9 @@ import triton
 
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
-from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HEADS, WGMMA_ILLEGAL,
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_ILLEGAL,
                                      WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, default_config, has_e2m1,
-                                     render_variant, render_wgmma, space, wgmma_legality)
+                                     render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -115,17 +115,18 @@ def workspace_numel(n_tokens: int, heads: int, splits: int) -> int:
     return n_tokens * splits * heads * (512 + 2)
 
 
-def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device) -> tuple[int, int]:
-    """(programs per token, key tiles per program) of the wgmma path: a token's 64-key tiles (the
-    compressed list's, then the window list's) in contiguous shares. NUM_SPLITS asks for that many
-    shares (fewer where shares would be empty); AUTO for about one program an SM, so that a small
-    batch runs one tile a program (fastest at T <= 8). One program an SM is all that fits with a
-    program's records staged in shared memory (184 KiB), and two an SM did not finish a token
-    sooner (benchmarks/results/decode_wgmma.md, decode_cp_async.md)."""
+def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch.device,
+               head_groups: int = 1) -> tuple[int, int]:
+    """(programs per token and head group, key tiles per program) of the wgmma path: a token's
+    64-key tiles (the compressed list's, then the window list's) in contiguous shares. NUM_SPLITS
+    asks for that many shares (fewer where shares would be empty); AUTO for about one program an
+    SM, so that a small batch runs one tile a program (fastest at T <= 8). One program an SM is all
+    that fits with a program's records staged in shared memory (184 KiB), and two an SM did not
+    finish a token sooner (benchmarks/results/decode_wgmma.md, decode_cp_async.md)."""
     tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
     s = int(cfg["NUM_SPLITS"])
     if s == AUTO:
-        s = max(1, sm_count(device) // max(1, n_tokens))
+        s = max(1, sm_count(device) // max(1, n_tokens * head_groups))
     per = triton.cdiv(tiles, max(1, min(s, tiles)))
     return triton.cdiv(tiles, per), per
 
@@ -344,18 +345,18 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if illegal:
         raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
     n_tok, heads = q.shape[0], q.shape[1]
-    if heads > WGMMA_HEADS:
-        raise ValueError(f"the wgmma path takes at most {WGMMA_HEADS} heads (the MMAs' N), got {heads}")
+    hb = wgmma_heads(cfg, heads, cf, wf)
+    groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
-    parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device)
+    parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
     part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
-    _wgmma_module(cf.name, wf.name).decode_wgmma_kernel[(n_tok, parts)](
+    _wgmma_module(cf.name, wf.name).decode_wgmma_kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
-        HB=WGMMA_HEADS, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
-        HAS_SINK=attn_sink is not None, num_warps=4,
+        HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
+        HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
     )
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a

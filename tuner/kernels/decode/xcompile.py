@@ -6,7 +6,7 @@ typed by ARG_TYPES."""
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, cfg_backends,
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, WGMMA_HEADS_2WG, cfg_backends,
                                      config_constexprs, default_config, render_variant, render_wgmma, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
@@ -55,6 +55,7 @@ def xcompile_cases() -> list[XCompileCase]:
         if wgmma_reads(comp, win):
             cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
     cases.append(wgmma_case(cf, wf, split=True))
+    cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -75,17 +76,17 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
     )
 
 
-def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool) -> XCompileCase:
+def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4) -> XCompileCase:
     rendered = render_wgmma(cf, wf)
     return XCompileCase(
         variant="wgmma",
         rendered=rendered,
         kernel_name="decode_wgmma_kernel",
         signature=kernel_signature(rendered, "decode_wgmma_kernel", ARG_TYPES),
-        constexprs={"HB": WGMMA_HEADS, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": 4},
-        num_warps=4,
+        constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps},
+        num_warps=warps,
         num_stages=1,
-        detail=f"{cf.name}+{wf.name}" + (" split" if split else ""),
+        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else ""),
         aligned_ints=ALIGNED_INTS,
     )
 

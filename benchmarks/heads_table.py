@@ -1,0 +1,98 @@
+"""Issue 28's table, regenerated: decode at each local head count beside FlashMLA's sm90 sparse decode.
+
+Reads the per-H runs of `bench_decode.py` (the `heads-table` phase of h200_session.sh writes
+results/decode_heads_h{H}.json: both record pairs at T = 1, 8, 64, records from DRAM, every timed
+config checked against the float64 reference) and writes results/decode_heads_h200.md: per pair and
+H, the default config, the wgmma path with one and two warpgroups, and the best timed config. The
+FlashMLA column is quoted from issue 28 (measured 2026-12-01 on the same H200 by an earlier
+session; FlashMLA is not installed on the device machine): it is not re-measured here.
+
+    python benchmarks/heads_table.py            # after copying the runs into benchmarks/results/
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TS = (1, 8, 64)
+# Issue 28, FlashMLA sm90 V4 sparse decode on the fp8_584 pair, records from DRAM (16 heads padded
+# to 64), and at 128 heads with the records L2-resident.
+FLASHMLA = {64: {1: 11.9, 8: 14.4, 64: 40.5}, 128: {1: 12.0, 8: 15.3, 64: 29.5}}
+
+
+def _label(cfg: dict[str, Any]) -> str:
+    if cfg["MMA"] == "wgmma":
+        wg = "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup"
+        splits = cfg["NUM_SPLITS"] or "auto"
+        return f"wgmma, {wg}, splits {splits}"
+    keep = ("BLOCK_N", "LISTS", "PREFETCH", "num_warps", "backend")
+    return "Triton tile " + ",".join(f"{k}={cfg[k]}" for k in keep if k in cfg)
+
+
+def _rows(run: dict[str, Any], sweep_key: str) -> dict[int, list[dict[str, Any]]]:
+    return {int(t["T"]): [r for r in t[sweep_key] if "us" in r] for t in run["per_T"]}
+
+
+def table(runs: dict[int, dict[str, Any]]) -> str:
+    heads = sorted(runs)
+    any_run = runs[heads[0]]
+    prov = any_run["provenance"]
+    out = ["# Decode at every head count (issue 28), H200", "",
+           f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
+           f"top-k {any_run['shape']['topk']}, window {any_run['shape']['window']}, page {any_run['shape']['page_size']}, "
+           "sink on; CUDA-graph replay medians over input sets rotated past the L2 (records from DRAM), every "
+           "timed config checked against the float64 reference (`benchmarks/bench_decode.py --heads H --pick ...`, "
+           "phase `heads-table` of benchmarks/h200_session.sh; this table: `benchmarks/heads_table.py`).", "",
+           "FlashMLA (sm90 V4 sparse decode, fp8_584 pair) is quoted from issue 28 (2026-12-01, same GPU kind): "
+           "at 64 heads from DRAM; the 128-head figures were L2-resident. kvtune columns: the picks of this run, "
+           "not a full tune.", "",
+           "| kernel | formats | H | T=1 us | T=8 us | T=64 us |", "|---|---|---|---|---|---|"]
+    for h, ref in FLASHMLA.items():
+        out.append(f"| FlashMLA sm90 V4 (issue 28) | fp8_584 + fp8_584 | {h} | " + " | ".join(f"{ref[t]}" for t in TS) + " |")
+    for pair_name, key in ((any_run["pair"], "sweep"), (any_run["baseline_pair"], "fp8_584_sweep")):
+        for h in heads:
+            rows = _rows(runs[h], key)
+            default = {t: rows[t][0] for t in TS if rows.get(t)}
+            best = {t: min(rows[t], key=lambda r: r["us"]) for t in TS if rows.get(t)}
+            out.append(f"| kvtune default config | {pair_name.replace('+', ' + ')} | {h} | "
+                       + " | ".join(f"{default[t]['us']:.1f}" if t in default else "-" for t in TS) + " |")
+            for warps in (4, 8):
+                wg = {t: min((r for r in rows.get(t, []) if r["config"]["MMA"] == "wgmma"
+                              and r["config"]["num_warps"] == warps), key=lambda r: r["us"], default=None) for t in TS}
+                if any(wg.values()):
+                    out.append(f"| kvtune wgmma, {warps // 4} warpgroup{'s' if warps == 8 else ''} | "
+                               f"{pair_name.replace('+', ' + ')} | {h} | "
+                               + " | ".join(f"{wg[t]['us']:.1f}" if wg[t] else "-" for t in TS) + " |")
+            out.append(f"| kvtune best timed | {pair_name.replace('+', ' + ')} | {h} | "
+                       + " | ".join(f"{best[t]['us']:.1f}" if t in best else "-" for t in TS) + " |")
+    out += ["", "Best timed config per (pair, H, T):", "", "| pair | H | T | config | us |", "|---|---|---|---|---|"]
+    for pair_name, key in ((any_run["pair"], "sweep"), (any_run["baseline_pair"], "fp8_584_sweep")):
+        for h in heads:
+            rows = _rows(runs[h], key)
+            for t in TS:
+                if rows.get(t):
+                    b = min(rows[t], key=lambda r: r["us"])
+                    out.append(f"| {pair_name} | {h} | {t} | {_label(b['config'])} | {b['us']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    runs = {}
+    for p in sorted(RESULTS.glob("decode_heads_h*.json")):
+        run = json.loads(p.read_text())
+        runs[int(run["shape"]["heads"])] = run
+    if not runs:
+        print(f"no decode_heads_h*.json under {RESULTS}", file=sys.stderr)
+        return 1
+    text = table(runs)
+    (RESULTS / "decode_heads_h200.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
