@@ -90,12 +90,19 @@ def backends_of(fmt: str | RecordFormat) -> tuple[str, ...]:
     return E2M1_BACKENDS if get_format(fmt).elem == "e2m1" else E4M3_BACKENDS
 
 
+def variant_legality(backend: str, target: str) -> str | None:
+    """Why the writer variant `backend` cannot run on `target` (None: it can): an e4m3 conversion's
+    rule for the fp8 formats' own backends (cvt), the e2m1 table for the rest (`soft` is both)."""
+    if backend in E4M3_BACKENDS and backend not in E2M1_BACKENDS:
+        return e4m3_backend_legality(backend, target)
+    return e2m1_backend_legality(backend, target)
+
+
 def backend_legality(fmt: str | RecordFormat, backend: str, target: str) -> str | None:
     """Why `backend` cannot run on `target` for records of `fmt` (None: it can)."""
     if backend not in backends_of(fmt):
         return f"{backend} does not convert {get_format(fmt).elem} elements (choose among {list(backends_of(fmt))})"
-    legality = e2m1_backend_legality if get_format(fmt).elem == "e2m1" else e4m3_backend_legality
-    return legality(backend, target)
+    return variant_legality(backend, target)
 
 
 def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
@@ -164,9 +171,7 @@ class PackSpec(FamilySpec):
         return E2M1_BACKENDS + tuple(b for b in E4M3_BACKENDS if b not in E2M1_BACKENDS)
 
     def legality(self, variant: str, target: str) -> str | None:
-        if variant in E4M3_BACKENDS and variant not in E2M1_BACKENDS:
-            return e4m3_backend_legality(variant, target)
-        return e2m1_backend_legality(variant, target)
+        return variant_legality(variant, target)
 
     def variant_of(self, config: Config) -> str:
         return str(config["backend"])
