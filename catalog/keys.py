@@ -39,7 +39,7 @@ def make_key(kernel: str, arch: str, heads: int = 16, topk: int = 512, window: i
         if len(fm) != 2:
             raise ValueError(f"decode takes two formats (compressed, window), got {list(fm)}")
         check_decode(*fm)
-        check_heads(heads)
+        check_heads(heads, arch, fm)
         return ProblemKey("decode", arch, heads=heads, topk=topk, window=window, formats=fm, head_dim=DECODE_HEAD_DIM)
     if kernel == "logits":
         fm = fm or LOGITS_FORMATS

@@ -35,8 +35,9 @@ WGMMA_WARPS = 4  # the path's seed: one warpgroup (measured at the seed shape, 1
 # same decode_combine).
 WGMMA_MERGE_BACKEND = "soft"
 
-# What the wgmma path fixes (one warpgroup, 64-key tiles, bf16 dots, its own e2m1 lookups and
-# split plan): every other value of these axes would be the same kernel under another name.
+# What the wgmma path fixes (64-key tiles, bf16 dots, its own e2m1 lookups and split plan; its
+# warps, 4 or 8, are searched): every other value of these axes would be the same kernel under
+# another name.
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
                                "PREFETCH": 0, "num_stages": 1}
 
@@ -56,7 +57,9 @@ DECODE_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
 # The record pairs the issue names (compressed, window); the cross-compile table covers these.
 ISSUE_PAIRS: tuple[tuple[str, str], ...] = (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"))
 
-MAX_HEADS = 64  # the accumulator is [heads, 512] fp32 per program; more would not fit in registers
+MAX_HEADS = 64  # the Triton tile: its accumulator is [heads, 512] fp32 a program; more would not fit in registers
+# sm_90's wgmma path takes its heads in groups (`wgmma_heads`), so any count; keys go up to this.
+WGMMA_MAX_HEADS = 128
 
 MAX_SPLITS = 32
 
@@ -76,24 +79,38 @@ def check_formats(comp_fmt: str, win_fmt: str) -> None:
     _fmt512(win_fmt)
 
 
-def check_heads(heads: int) -> None:
-    """ValueError unless the kernels take `heads` local heads (what `catalog.keys.make_key` checks):
-    a key no kernel can launch would be tuned only to fail every trial."""
-    if not 1 <= heads <= MAX_HEADS:
-        raise ValueError(f"decode takes 1..{MAX_HEADS} local heads (the tile keeps a [heads, 512] fp32 "
-                         f"accumulator a program), got {heads}")
+def check_heads(heads: int, arch: str | None = None, formats: Sequence[str] | None = None) -> None:
+    """ValueError unless a kernel takes `heads` local heads on `arch` for the record pair `formats`
+    (what `catalog.keys.make_key` checks): a key no kernel can launch would be tuned only to fail
+    every trial. Up to MAX_HEADS everywhere (the Triton tile); up to WGMMA_MAX_HEADS where the
+    wgmma path runs (sm_90, the pairs it reads), whose space then holds that path alone."""
+    if 1 <= heads <= MAX_HEADS:
+        return
+    if heads <= WGMMA_MAX_HEADS and arch is not None and formats is not None and wgmma_legality(arch) is None \
+            and wgmma_reads(*formats):
+        return
+    raise ValueError(f"decode takes 1..{MAX_HEADS} local heads (the Triton tile keeps a [heads, 512] fp32 "
+                     f"accumulator a program), and up to {WGMMA_MAX_HEADS} on sm_90's wgmma path for "
+                     f"{' / '.join(WGMMA_FORMATS)} records, got {heads}")
 
 
 def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
 
 
-def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
-    """The decode search space for one record pair. The e2m1 backend is an axis only where a side
-    has e2m1 elements (elsewhere the rendered module has no e2m1 code)."""
+def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int = 16) -> Space:
+    """The decode search space for one record pair at `heads` local heads. The e2m1 backend is an
+    axis only where a side has e2m1 elements (elsewhere the rendered module has no e2m1 code).
+    Past MAX_HEADS only the wgmma path runs (`check_heads`): it is the default, and the Triton
+    tile's configs are infeasible."""
     backends = E2M1_READ_BACKENDS if has_e2m1(comp_fmt, win_fmt) else ("soft",)
+    wide = heads > MAX_HEADS
+    if wide and not wgmma_reads(comp_fmt, win_fmt):
+        raise ValueError(f"{heads} heads run on the wgmma path only, which reads {list(WGMMA_FORMATS)} records")
 
     def _fits(c: Config) -> str | None:
+        if wide and c["MMA"] != "wgmma":
+            return f"the Triton tile takes at most {MAX_HEADS} heads ({heads} here): MMA=wgmma"
         if c["MMA"] == "wgmma":
             if not wgmma_reads(comp_fmt, win_fmt):
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
@@ -115,7 +132,7 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
     return Space(
         params=(
             Param("backend", backends, "soft", render=True),
-            Param("BLOCK_N", (16, 32, 64), 32),
+            Param("BLOCK_N", (16, 32, 64), WGMMA_BLOCK_N if wide else 32),
             Param("NUM_SPLITS", (AUTO, 1, 2, 4, 8, 16, 32), AUTO),
             # How grid axis 1 covers the two key lists (see split_plan): "both" = every program
             # walks a share of each list, one after the other; "apart" = each program walks a chunk
@@ -135,7 +152,7 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> Space:
             Param("DOT", ("bf16", "fp32"), "bf16"),
             # keys_m puts the keys on tl.dot's M side; wgmma is the Gluon kernel of sm_90 (keys on
             # M, query and P from shared memory, async warpgroup MMAs; WGMMA_FIXED).
-            Param("MMA", ("heads_m", "keys_m", "wgmma"), "heads_m"),
+            Param("MMA", ("heads_m", "keys_m", "wgmma"), "wgmma" if wide else "heads_m"),
             # 1: each block's slots and records are loaded one block early, before the previous
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
             # does not pipeline loads whose addresses come from other loads).
@@ -188,9 +205,10 @@ WGMMA_SHARED_SLACK = 512  # the compiler's own shared scratch beyond the buffers
 
 
 def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
-    """Shared memory of a wgmma program taking `hb` heads (what the compiler reports less its own
-    scratch, 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the query's four chunks, and each list's
-    stage buffers (two tiles of raw data rows and scale rows; see templates/decode_wgmma.py.j2)."""
+    """Shared memory of a wgmma program taking `hb` heads (what the compiler reports, less its own
+    scratch of 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the
+    query's four chunks, and each list's stage buffers (two tiles of raw data rows and scale rows;
+    see templates/decode_wgmma.py.j2)."""
     def stage(f: RecordFormat) -> int:
         row = 64 if f.elem == "e2m1" else 128  # a chunk's data bytes a key
         return 2 * WGMMA_BLOCK_N * (4 * row + f.scale_bytes)
@@ -267,7 +285,7 @@ class DecodeSpec(FamilySpec):
         return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
 
     def space(self, key: ProblemKey) -> Space:
-        return space(*key.formats)
+        return space(*key.formats, heads=key.heads)
 
     def canonical_config(self, key: ProblemKey, config: Config) -> Config:
         """A wgmma sample runs with the parameters the path fixes (`wgmma_config`), whatever it drew
@@ -276,8 +294,8 @@ class DecodeSpec(FamilySpec):
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second
-        (and third, its two-warpgroup build, above 16 heads), since a few TPE trials may not draw it (8 trials of a T=1 tune did not:
-        benchmarks/results/tune_decode_wgmma_h200.log)."""
+        (and, above 16 heads, its two-warpgroup build third), since a few TPE trials may not draw
+        it (8 trials of a T=1 tune did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))

@@ -78,6 +78,10 @@ def test_a_tune_request_its_family_cannot_render_is_a_422_that_names_it(api: Api
     assert "decode" not in b["kernels"] and "1..64 local heads" in b["unavailable"]["decode"]
     assert "logits" in b["kernels"] and "pack" in b["kernels"]
     assert api.jobs() == 0
+    # On sm_90, for the records its wgmma path reads, 128 heads are a shape with a kernel: served
+    # with that path as the default (the Triton tile stops at 64 heads).
+    b = api.http.get("/v1/configs", params={**SEED, "arch": "sm_90", "heads": 128}).json()
+    assert all(e["default_config"]["MMA"] == "wgmma" for e in b["kernels"]["decode"]["buckets"]), b
 
 
 def test_an_unexpected_error_is_a_500_body_and_the_connection_stays(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

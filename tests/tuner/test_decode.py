@@ -158,7 +158,7 @@ def test_decode_rejects_bad_arguments(device: str) -> None:
     bad("sm_scale must be finite", sm_scale=math.inf)
     bad("infeasible decode config", config=default_config(comp, win).replace(BLOCK_N=24))
     bad("infeasible decode config", config=default_config(comp, win).replace(DOT="fp32", BLOCK_N=64))
-    bad("heads must be", q=torch.zeros(T, 65, 512, dtype=torch.bfloat16, device=device))
+    bad("heads must be", q=torch.zeros(T, 129, 512, dtype=torch.bfloat16, device=device))
     bad("counters must be", counters=torch.zeros(T - 1, dtype=torch.int32, device=device))
     bad("counters must be", counters=torch.zeros(T, dtype=torch.int64, device=device))
     bad("workspace must be", config=default_config(comp, win).replace(NUM_SPLITS=2, LISTS="apart"),
@@ -564,6 +564,35 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
+def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
+    # Keys: 65..128 heads on sm_90 for the pairs the wgmma path reads; elsewhere refused with why.
+    from catalog.keys import make_key
+
+    key = make_key("decode", "sm_90", 128, 512, 128, formats=("nvfp4_288", "fp8_528"))
+    for arch, fmts, heads in (("gfx950", ("nvfp4_288", "fp8_528"), 128), ("interp", ("nvfp4_288", "fp8_528"), 65),
+                              ("sm_90", ("fp8_584", "fp8_584"), 128), ("sm_90", ("nvfp4_288", "fp8_528"), 129)):
+        with pytest.raises(ValueError, match="1..64 local heads.*up to 128 on sm_90's wgmma path"):
+            make_key("decode", arch, heads, 512, 128, formats=fmts)
+    # Its space: the wgmma path is the default (two warpgroups), the Triton tile's configs infeasible.
+    sp = FAMILY.space(key)
+    d = sp.default()
+    assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
+    assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
+    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma"}
+    assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
+    # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
+    # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
+    inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 128, 40, 20, device, seed=3)
+    with pytest.raises(ValueError, match="at most 64 heads"):
+        run_decode("nvfp4_288", "fp8_528", default_config("nvfp4_288", "fp8_528"), inp)
+    if not _SM90:
+        with pytest.raises(ValueError, match="wgmma"):
+            run_decode("nvfp4_288", "fp8_528", sp.default(), inp)
+    inp584 = make_decode_inputs("fp8_584", "fp8_584", 2, 65, 40, 20, device, seed=3)
+    with pytest.raises(ValueError, match="wgmma path only"):
+        run_decode("fp8_584", "fp8_584", None, inp584)
+
+
 def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
     if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
         pytest.skip("runs here (see test_wgmma_matches_reference_on_sm90)")
@@ -638,12 +667,12 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 @pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
 def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, str], warps: int) -> None:
-    """Head counts an engine runs besides the seed's 16 (8, 32, 64, and an odd 24), with one
+    """Head counts an engine runs besides the seed's 16 (8, 32, 64, 128, and an odd 24), with one
     warpgroup (groups of 16 heads) and two (groups of 32, or 16 where the pair's stage buffers
     leave no room: fp8_528 + fp8_528): T = 1, 8, 64, one program a token and several, with and
     without sink, a token whose lists are all -1. Outputs poisoned before each run."""
     comp, win = pair
-    for heads in (8, 24, 32, 64):
+    for heads in (8, 24, 32, 64, 128):
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
             inp["topk_idx"][t // 2] = -1

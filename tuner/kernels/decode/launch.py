@@ -15,9 +15,9 @@ import triton
 
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
-from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_ILLEGAL,
-                                     WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, default_config, has_e2m1,
-                                     render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_ILLEGAL, WGMMA_MAX_HEADS,
+                                     WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, has_e2m1,
+                                     render_variant, render_wgmma, space, wgmma_heads, wgmma_legality, wgmma_reads)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -178,8 +178,8 @@ def _check_inputs(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if q.dim() != 3 or q.shape[2] != 512 or q.dtype != torch.bfloat16 or q.stride(2) != 1:
         raise ValueError(f"q must be bf16[T, H, 512] with unit stride along dims, got {q.dtype}{tuple(q.shape)}")
     n_tok, heads = q.shape[0], q.shape[1]
-    if not 1 <= heads <= MAX_HEADS:
-        raise ValueError(f"heads must be in 1..{MAX_HEADS}, got {heads}")
+    if not 1 <= heads <= WGMMA_MAX_HEADS:
+        raise ValueError(f"heads must be in 1..{WGMMA_MAX_HEADS} (past {MAX_HEADS} on the wgmma path only), got {heads}")
     _check_cache("comp_cache", comp_cache, cf, page_size)
     _check_cache("win_cache", win_cache, wf, wps)
     _check_idx("topk_idx", topk_idx, n_tok)
@@ -194,12 +194,16 @@ def _check_inputs(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     return n_tok, heads
 
 
-def _checked_config(config: Config | None, cf: RecordFormat, wf: RecordFormat) -> Config:
-    """The config a launch runs: `config` or the pair's default, feasible and runnable here."""
-    cfg = config or default_config(cf, wf)
+def _checked_config(config: Config | None, cf: RecordFormat, wf: RecordFormat, heads: int) -> Config:
+    """The config a launch runs: `config` or the pair's default at `heads`, feasible and runnable here."""
+    if heads > MAX_HEADS and not wgmma_reads(cf, wf):
+        raise ValueError(f"{heads} heads run on the wgmma path only (the Triton tile takes at most {MAX_HEADS}), "
+                         f"which does not read {cf.name} + {wf.name} records")
+    sp = space(cf, wf, heads)
+    cfg = config or sp.default()
     # Configs tuned before the LISTS, COMBINE and PREFETCH axes existed meant what their defaults do.
     cfg = Config.from_dict({"LISTS": "both", "COMBINE": "kernel", "PREFETCH": 0, **cfg.as_dict()})
-    why = space(cf, wf).infeasible(cfg)
+    why = sp.infeasible(cfg)
     if why:
         raise ValueError(f"infeasible decode config {cfg.to_json()}: {why}")
     if has_e2m1(cf, wf):
@@ -273,7 +277,7 @@ def decode(
     wps = page_size if win_page_size is None else win_page_size
     n_tok, heads = _check_inputs(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale,
                                  attn_sink)
-    cfg = _checked_config(config, cf, wf)
+    cfg = _checked_config(config, cf, wf, heads)
     o, lse = _outputs(out, n_tok, heads, q.device)
     _check_counters(counters, n_tok, q.device)
     if n_tok == 0:
