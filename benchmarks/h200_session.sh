@@ -67,9 +67,9 @@ for phase in "$@"; do
       echo "tune $f rc=$?" >>"$OUT/tune_pack_$f.log"
     done
     ;;
-  heads-table)  # issue 28's table: H = 16, 32, 64 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
+  heads-table)  # issue 28's table: H = 16, 32, 64, 128 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
     # the default, the wgmma path with one and two warpgroups, and the Triton tile's measured winners
-    hs=(${HEADS:-16 32 64})
+    hs=(${HEADS:-16 32 64 128})
     for i in "${!hs[@]}"; do
       h=${hs[$i]}; share=$(( ($(left) - 5) / (${#hs[@]} - i) ))
       timeout $share python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks --budget-s $(( share - 30 )) \

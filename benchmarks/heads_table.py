@@ -34,7 +34,14 @@ def _label(cfg: dict[str, Any]) -> str:
 
 
 def _rows(run: dict[str, Any], sweep_key: str) -> dict[int, list[dict[str, Any]]]:
+    """Each T's timed rows (errors and skips left out)."""
     return {int(t["T"]): [r for r in t[sweep_key] if "us" in r] for t in run["per_T"]}
+
+
+def _defaults(run: dict[str, Any], sweep_key: str) -> dict[int, dict[str, Any]]:
+    """Each T's default-config row where it was timed (the sweep's first row; past 64 heads the
+    16-head default is a Triton config that cannot run, an error row, so no default there)."""
+    return {int(t["T"]): t[sweep_key][0] for t in run["per_T"] if t[sweep_key] and "us" in t[sweep_key][0]}
 
 
 def table(runs: dict[int, dict[str, Any]]) -> str:
@@ -56,7 +63,7 @@ def table(runs: dict[int, dict[str, Any]]) -> str:
     for pair_name, key in ((any_run["pair"], "sweep"), (any_run["baseline_pair"], "fp8_584_sweep")):
         for h in heads:
             rows = _rows(runs[h], key)
-            default = {t: rows[t][0] for t in TS if rows.get(t)}
+            default = _defaults(runs[h], key)
             best = {t: min(rows[t], key=lambda r: r["us"]) for t in TS if rows.get(t)}
             out.append(f"| kvtune default config | {pair_name.replace('+', ' + ')} | {h} | "
                        + " | ".join(f"{default[t]['us']:.1f}" if t in default else "-" for t in TS) + " |")

@@ -1,0 +1,47 @@
+"""benchmarks/heads_table.py: issue 28's table from bench_decode runs, on synthetic runs (no GPU):
+the default column is the sweep's first row only where it was timed, the wgmma rows split by warps,
+the best row is the minimum of every timed config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.heads_table import table
+
+PROV = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "date": "2026-12-02 01:59 UTC"}
+
+
+def _cfg(mma: str, warps: int, splits: int = 0) -> dict[str, Any]:
+    return {"BLOCK_N": 64 if mma == "wgmma" else 32, "LISTS": "both", "PREFETCH": 0, "backend": "soft",
+            "MMA": mma, "num_warps": warps, "NUM_SPLITS": splits}
+
+
+def _run(heads: int, main: dict[int, list[dict[str, Any]]], base: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    return {"provenance": PROV, "shape": {"heads": heads, "topk": 512, "window": 128, "page_size": 64},
+            "pair": "nvfp4_288+fp8_528", "baseline_pair": "fp8_584+fp8_584",
+            "per_T": [{"T": t, "sweep": main[t], "fp8_584_sweep": base[t]} for t in (1, 8, 64)]}
+
+
+def test_the_table_takes_defaults_wgmma_rows_and_bests_from_the_runs() -> None:
+    tri, wg4, wg8 = _cfg("heads_m", 8), _cfg("wgmma", 4), _cfg("wgmma", 8, 1)
+    r64 = _run(64, {t: [{"config": tri, "us": 30.0 + t}, {"config": wg4, "us": 10.0 + t}, {"config": wg8, "us": 12.0 + t / 2}]
+                    for t in (1, 8, 64)},
+               {t: [{"config": tri, "us": 40.0 + t}] for t in (1, 8, 64)})
+    # Past 64 heads the default (a Triton config) is an error row: no default, the wgmma rows stay.
+    r128 = _run(128, {t: [{"config": tri, "error": "ValueError: at most 64 heads"}, {"config": wg8, "us": 20.0 + t}]
+                      for t in (1, 8, 64)},
+                {t: [{"config": tri, "error": "ValueError: wgmma path only"}] for t in (1, 8, 64)})
+    text = table({64: r64, 128: r128})
+    lines = text.splitlines()
+    row = {tuple(c.strip() for c in line.split("|")[1:4]): [c.strip() for c in line.split("|")[4:7]]
+           for line in lines if line.startswith("| kvtune")}
+    assert row[("kvtune default config", "nvfp4_288 + fp8_528", "64")] == ["31.0", "38.0", "94.0"]
+    assert row[("kvtune wgmma, 1 warpgroup", "nvfp4_288 + fp8_528", "64")] == ["11.0", "18.0", "74.0"]
+    assert row[("kvtune wgmma, 2 warpgroups", "nvfp4_288 + fp8_528", "64")] == ["12.5", "16.0", "44.0"]
+    assert row[("kvtune best timed", "nvfp4_288 + fp8_528", "64")] == ["11.0", "16.0", "44.0"]
+    assert row[("kvtune default config", "nvfp4_288 + fp8_528", "128")] == ["-", "-", "-"]
+    assert row[("kvtune wgmma, 2 warpgroups", "nvfp4_288 + fp8_528", "128")] == ["21.0", "28.0", "84.0"]
+    assert ("kvtune wgmma, 1 warpgroup", "nvfp4_288 + fp8_528", "128") not in row
+    assert row[("kvtune best timed", "fp8_584 + fp8_584", "128")] == ["-", "-", "-"]
+    assert "| nvfp4_288+fp8_528 | 64 | 64 | wgmma, 2 warpgroups, splits 1 | 44.00 |" in lines
+    assert "| FlashMLA sm90 V4 (issue 28) | fp8_584 + fp8_584 | 64 | 11.9 | 14.4 | 40.5 |" in lines
