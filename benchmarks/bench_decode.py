@@ -30,7 +30,7 @@ from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, wr
 from catalog.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from catalog.codecs import e2m1_backend_legality  # noqa: E402
-from catalog.families.decode import ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode_bytes, default_config, wgmma_config, wgmma_legality, wgmma_reads
+from catalog.families.decode import ISSUE_PAIRS, MAX_SPLITS, WGMMA_WARPS, cfg_backends, decode_bytes, default_config, wgmma_config, wgmma_legality, wgmma_reads
 from tuner.kernels.decode import FAMILY, decode, resolve_splits, max_partials, verify_decode, workspace_numel
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -126,7 +126,7 @@ def _picked(pair: tuple[str, str], picks: list[str]) -> list[Config]:
     cfgs = [parse_cfg(t, d) for t in texts]
     # A wgmma pick runs as the path's config (its fixed parameters), on the pairs the path reads;
     # its warps are the pick's if it names them, else the path's seed's.
-    cfgs = [wgmma_config(c.replace(MMA="heads_m") if "num_warps" not in t else c) if c["MMA"] == "wgmma" else c
+    cfgs = [wgmma_config(c if "num_warps" in t else c.replace(num_warps=WGMMA_WARPS)) if c["MMA"] == "wgmma" else c
             for c, t in zip(cfgs, texts)]
     cfgs = [c for c in cfgs if c["MMA"] != "wgmma" or wgmma_reads(*pair)]
     return list(dict.fromkeys([d] + cfgs))

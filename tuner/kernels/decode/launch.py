@@ -17,7 +17,7 @@ from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_ILLEGAL, WGMMA_MAX_HEADS,
                                      WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, has_e2m1,
-                                     render_variant, render_wgmma, space, wgmma_heads, wgmma_legality, wgmma_reads)
+                                     render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -195,10 +195,8 @@ def _check_inputs(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
 
 
 def _checked_config(config: Config | None, cf: RecordFormat, wf: RecordFormat, heads: int) -> Config:
-    """The config a launch runs: `config` or the pair's default at `heads`, feasible and runnable here."""
-    if heads > MAX_HEADS and not wgmma_reads(cf, wf):
-        raise ValueError(f"{heads} heads run on the wgmma path only (the Triton tile takes at most {MAX_HEADS}), "
-                         f"which does not read {cf.name} + {wf.name} records")
+    """The config a launch runs: `config` or the pair's default at `heads`, feasible and runnable here
+    (`space` refuses more heads than the Triton tile takes for records the wgmma path cannot read)."""
     sp = space(cf, wf, heads)
     cfg = config or sp.default()
     # Configs tuned before the LISTS, COMBINE and PREFETCH axes existed meant what their defaults do.
