@@ -40,6 +40,11 @@ T = TypeVar("T")
 DEFAULT_HEARTBEAT_S = 10.0  # a run outside the service (`kvtune tune --storage`)
 DEFAULT_GRACE_S = 30.0
 RETRIES = 10
+# Opening a storage is many statements (Optuna creates its tables and stamps its schema version),
+# each kept once committed: an attempt cut by a dropped connection leaves less for the next one.
+# With connections dropped every 0.15 s on a loaded 2-core machine, 10 attempts did not reach the
+# end once (tests/deploy/test_study_storage_faults.py); more attempts, each shorter, do.
+CONNECT_RETRIES = 30
 # Optuna warns that heartbeats are meant for Study.optimize; the tuner asks and tells, and records
 # each trial's heartbeat itself (TrialHeartbeat).
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
@@ -84,12 +89,13 @@ def _transient_one(exc: BaseException) -> bool:
 _depth = threading.local()
 
 
-def with_retries(what: str, fn: Callable[[], T], *, done: Callable[[], bool] | None = None) -> T:
-    """`fn()`, re-run on transient errors (`is_transient`) with jittered backoff. `done`: whether a
-    call that raised `UpdateFinishedTrialError` on a re-run had in fact gone through the first time
-    (its commit made, its answer lost)."""
+def with_retries(what: str, fn: Callable[[], T], *, done: Callable[[], bool] | None = None,
+                 retries: int = RETRIES) -> T:
+    """`fn()`, re-run up to `retries` times on transient errors (`is_transient`) with jittered
+    backoff. `done`: whether a call that raised `UpdateFinishedTrialError` on a re-run had in fact
+    gone through the first time (its commit made, its answer lost)."""
     delay = 0.05
-    for i in range(RETRIES + 1):
+    for i in range(retries + 1):
         try:
             return fn()
         except UpdateFinishedTrialError:
@@ -97,9 +103,9 @@ def with_retries(what: str, fn: Callable[[], T], *, done: Callable[[], bool] | N
                 return True  # type: ignore[return-value]
             raise
         except Exception as e:
-            if i == RETRIES or not is_transient(e):
+            if i == retries or not is_transient(e):
                 raise
-            log.info("optuna storage: %s: %s; retrying (%d/%d)", what, type(e.__cause__ or e).__name__, i + 1, RETRIES)
+            log.info("optuna storage: %s: %s; retrying (%d/%d)", what, type(e.__cause__ or e).__name__, i + 1, retries)
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
     raise AssertionError("unreachable")
@@ -152,7 +158,8 @@ def open_storage(url: str, *, heartbeat_interval: float = DEFAULT_HEARTBEAT_S,
             if not url.startswith("sqlite"):
                 kwargs.update(pool_size=4, max_overflow=4)
             st = with_retries("connect", lambda: RetryingRDBStorage(
-                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval, grace_period=grace_period))
+                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval, grace_period=grace_period),
+                retries=CONNECT_RETRIES)
             _cache[key] = st
         return st
 
