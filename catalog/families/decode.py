@@ -19,7 +19,8 @@ TEMPLATE = "decode_tile.py.j2"
 # The `wgmma` MMA path is a Gluon kernel of its own template (sm_90 only; see templates/decode_wgmma.py.j2).
 WGMMA_TEMPLATE = "decode_wgmma.py.j2"
 
-WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528")  # records without bf16 dims (see wgmma_reads)
+# The records the wgmma path reads (a pair of them where its shared memory fits: `wgmma_reads`).
+WGMMA_FORMATS: tuple[str, ...] = ("nvfp4_288", "fp8_528", "fp8_584")
 
 WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
 
@@ -207,19 +208,23 @@ WGMMA_SHARED_SLACK = 512  # the compiler's own shared scratch beyond the buffers
 def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
     """Shared memory of a wgmma program taking `hb` heads (what the compiler reports, less its own
     scratch of 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the
-    query's four chunks, and each list's stage buffers (two tiles of raw data rows and scale rows;
-    see templates/decode_wgmma.py.j2)."""
+    query's four chunks, and the stage buffers (two tiles of raw data rows and side rows: scales,
+    and fp8_584's last 64 e4m3 bytes a key) of each list, or of both lists in turn where they hold
+    one record format (see templates/decode_wgmma.py.j2)."""
     def stage(f: RecordFormat) -> int:
         row = 64 if f.elem == "e2m1" else 128  # a chunk's data bytes a key
-        return 2 * WGMMA_BLOCK_N * (4 * row + f.scale_bytes)
+        tail = f.elem_bytes % row  # e4m3 bytes past the last whole chunk (fp8_584: 64)
+        side = 128 if tail else f.scale_bytes  # fp8_584: the tail, its scales, padding (a power of two)
+        return 2 * WGMMA_BLOCK_N * (4 * row + side)
+    c, w = get_format(comp_fmt), get_format(win_fmt)
     kv = 4 * WGMMA_BLOCK_N * 128 * 2
-    return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2 + stage(get_format(comp_fmt)) + stage(get_format(win_fmt))
+    return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2 + stage(c) + (0 if c.name == w.name else stage(w))
 
 
 def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
     """Heads a program of the wgmma path takes (its HB) for a launch of `heads`: 32 with two
     warpgroups where there are more than 16 and shared memory holds their query beside the
-    pair's stage buffers (not with two fp8_528 lists: 238 KB), else 16; the launch runs
+    pair's stage buffers (every pair `wgmma_reads` takes), else 16; the launch runs
     ceil(heads / HB) groups."""
     if cfg["num_warps"] == 8 and heads > WGMMA_HEADS and \
             wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HEADS_2WG) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX:
@@ -228,8 +233,12 @@ def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: 
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    """Whether the wgmma path reads this record pair (both sides WGMMA_FORMATS)."""
-    return get_format(comp_fmt).name in WGMMA_FORMATS and get_format(win_fmt).name in WGMMA_FORMATS
+    """Whether the wgmma path reads this record pair: both sides WGMMA_FORMATS, and a 16-head
+    program's shared memory within sm_90's limit (not fp8_584 beside fp8_528: two lists' stage
+    buffers of those)."""
+    c, w = get_format(comp_fmt), get_format(win_fmt)
+    return c.name in WGMMA_FORMATS and w.name in WGMMA_FORMATS and \
+        wgmma_shared_bytes(c, w, WGMMA_HEADS) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
 def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:

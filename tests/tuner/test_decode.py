@@ -265,7 +265,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate comp", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 apart fused separate win", t) in seen
         assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
-        for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "nvfp4_288+fp8_528 split"):  # no wgmma for fp8_584
+        for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "fp8_584+fp8_584", "nvfp4_288+fp8_528 split"):
             assert ("wgmma", pair, t) in seen
         assert ("soft", "combine pdl", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
@@ -497,8 +497,9 @@ def test_wgmma_space_fixes_its_parameters() -> None:
     assert sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_warps=8)) is None  # or two
     assert "num_stages=1" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(num_stages=2))
     assert "backend=soft" in sp.infeasible(_wgmma("nvfp4_288", "fp8_528").replace(backend="lut"))
-    # fp8_584's bf16 dims are not read by the wgmma path.
-    assert "records" in space("fp8_584", "fp8_584").infeasible(_wgmma("fp8_584", "fp8_584").replace())
+    # fp8_584 (bf16 dims) is read too; beside fp8_528 two lists' stage buffers would not fit.
+    assert space("fp8_584", "fp8_584").infeasible(_wgmma("fp8_584", "fp8_584")) is None
+    assert "records" in space("fp8_528", "fp8_584").infeasible(_wgmma("fp8_528", "fp8_584"))
     assert FAMILY.variant_of(_wgmma("nvfp4_288", "fp8_528")) == "wgmma"
     # A search's sample of the path runs as the path's config, its split count kept; others as drawn.
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
@@ -554,10 +555,13 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     pair = ("nvfp4_288", "fp8_528")
     assert [wgmma_heads(one, h, *pair) for h in (8, 16, 32, 64)] == [16, 16, 16, 16]
     assert [wgmma_heads(two, h, *pair) for h in (8, 16, 17, 64)] == [16, 16, 32, 32]
-    # Two fp8 lists' stage buffers leave no room for a 32-head query: groups of 16 there.
-    assert wgmma_shared_bytes("fp8_528", "fp8_528", 32) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
-    assert wgmma_heads(two, 64, "fp8_528", "fp8_528") == 16
+    # Lists of one record format take the stage buffers in turn: room for a 32-head query.
+    assert wgmma_shared_bytes("fp8_528", "fp8_528", 32) < wgmma_shared_bytes("nvfp4_288", "fp8_528", 32)
+    assert wgmma_heads(two, 64, "fp8_528", "fp8_528") == 32 and wgmma_heads(two, 64, "fp8_584", "fp8_584") == 32
     assert wgmma_heads(two, 64, "fp8_528", "nvfp4_288") == 32
+    # fp8_584 beside fp8_528: two lists' stage buffers leave no room for 16 heads' query; not read.
+    assert wgmma_shared_bytes("fp8_528", "fp8_584", 16) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
+    assert not wgmma_reads("fp8_528", "fp8_584") and not wgmma_reads("fp8_584", "fp8_528")
     # The seeds of a search: the two-warpgroup build too where there are more heads than 16.
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one]
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two]
@@ -570,7 +574,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
 
     key = make_key("decode", "sm_90", 128, 512, 128, formats=("nvfp4_288", "fp8_528"))
     for arch, fmts, heads in (("gfx950", ("nvfp4_288", "fp8_528"), 128), ("interp", ("nvfp4_288", "fp8_528"), 65),
-                              ("sm_90", ("fp8_584", "fp8_584"), 128), ("sm_90", ("nvfp4_288", "fp8_528"), 129)):
+                              ("sm_90", ("fp8_528", "fp8_584"), 128), ("sm_90", ("nvfp4_288", "fp8_528"), 129)):
         with pytest.raises(ValueError, match="1..64 local heads.*up to 128 on sm_90's wgmma path"):
             make_key("decode", arch, heads, 512, 128, formats=fmts)
     # Its space: the wgmma path is the default (two warpgroups), the Triton tile's configs infeasible.
@@ -588,9 +592,9 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     if not _SM90:
         with pytest.raises(ValueError, match="wgmma"):
             run_decode("nvfp4_288", "fp8_528", sp.default(), inp)
-    inp584 = make_decode_inputs("fp8_584", "fp8_584", 2, 65, 40, 20, device, seed=3)
+    inp584 = make_decode_inputs("fp8_528", "fp8_584", 2, 65, 40, 20, device, seed=3)
     with pytest.raises(ValueError, match="wgmma path only"):
-        run_decode("fp8_584", "fp8_584", None, inp584)
+        run_decode("fp8_528", "fp8_584", None, inp584)
 
 
 def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
@@ -602,12 +606,12 @@ def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
 
 
 @pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
 def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tuple[str, str], warps: int) -> None:
     # Compiled on the CPU for sm_90 (benchmarks/static_profile.py, in a process without
     # TRITON_INTERPRET), with one warpgroup (16 heads) and two (the heads `wgmma_heads` gives them
     # at 64 heads): a launch needs its shared memory within the opt-in limit (the stage buffers of
-    # two tiles a list take most of it; fp8_528 + fp8_528 is the largest pair), as
+    # two tiles a list take most of it; nvfp4_288 + fp8_528 is the largest pair read), as
     # `wgmma_shared_bytes` predicts it, the records travel by cp.async (LDGSTS), and the
     # registers hold without spilling, as the H200 timings in
     # benchmarks/results/decode_cp_async.md assume.
@@ -634,8 +638,8 @@ _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528")],
-                         ids=lambda p: "+".join(p))
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528"),
+                                  ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
 def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
     """The seed shape (16 heads, top-k 512, window 128, page 64) at T = 1..64, every split count,
     with and without sink, ragged -1 slots and a token whose lists are all -1; then a small odd
@@ -665,11 +669,11 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
 @pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528"), ("fp8_584", "fp8_584")],
+                         ids=lambda p: "+".join(p))
 def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, str], warps: int) -> None:
     """Head counts an engine runs besides the seed's 16 (8, 32, 64, 128, and an odd 24), with one
-    warpgroup (groups of 16 heads) and two (groups of 32, or 16 where the pair's stage buffers
-    leave no room: fp8_528 + fp8_528): T = 1, 8, 64, one program a token and several, with and
+    warpgroup (groups of 16 heads) and two (groups of 32): T = 1, 8, 64, one program a token and several, with and
     without sink, a token whose lists are all -1. Outputs poisoned before each run."""
     comp, win = pair
     for heads in (8, 24, 32, 64, 128):

@@ -180,6 +180,7 @@ def _comp_c2(nw):
 
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
+# Side rows: the scale rows.
 _COMP_ROWS = gl.constexpr([8, BLOCK_N, 64])
 _COMP_SROWS = gl.constexpr([2, BLOCK_N, 32])
 
@@ -237,8 +238,8 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 
 @gluon.jit
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
-        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
-        s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
+        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
+        kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
     # kernel's start; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
     # cp.async into one of two stage buffers while the tile before it is dequantized and
@@ -297,6 +298,7 @@ def _win_c2(nw):
 
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
+# Side rows: the scale rows.
 _WIN_ROWS = gl.constexpr([8, BLOCK_N, 128])
 _WIN_SROWS = gl.constexpr([2, BLOCK_N, 16])
 
@@ -349,8 +351,8 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 
 @gluon.jit
 def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
-        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr,
-        s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
+        p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
+        kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer 0 (issued at the
     # kernel's start; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
     # cp.async into one of two stage buffers while the tile before it is dequantized and
