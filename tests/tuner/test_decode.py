@@ -486,6 +486,50 @@ def test_wgmma_e2m1_asm_gives_every_nibble_times_its_scale() -> None:
                     assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want)  # signed zeros too
 
 
+def test_wgmma_e4m3_asm_gives_every_code_times_its_scale() -> None:
+    # The wgmma kernel's conversion-free e4m3 -> bf16: eight bytes ($4, $5) and one bf16 scale
+    # pair ($6, built as the kernel builds it from the ue8m0 byte) -> e_i and e_i+4 as one bf16
+    # pair in $i (_group_order's order), each the e4m3 value * 2**(s - 127) * 2**-E4M3_SHIFT, exact
+    # for every scale byte s in 63..194 (scales 2**-64..2**67; the pack writes 114 and up).
+    # Every code in every position, and random words: zero, subnormal codes,
+    # 448, byte 0 as 0.0, a NaN tile (zero bytes, scale 0xFF) as NaN.
+    import math
+    import random
+    import re
+    import struct
+
+    from tests.ptx_emulation import asm_of, bf16_bits, bf16_value, run_ptx
+
+    source = render_wgmma("fp8_584", "fp8_584").source
+    shift = int(re.search(r"^E4M3_SHIFT = gl.constexpr\((\d+)\)$", source, re.M).group(1))
+    assert "t = gl.minimum(sb + (120 - E4M3_SHIFT), 255) << 7" in source  # the factor built below
+    asm, constraints, pack = asm_of(source, "_e4m3_scaled_bf16")
+    assert constraints == "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r" and pack == 8
+    e4m3 = [float(torch.tensor([c], dtype=torch.uint8).view(torch.float8_e4m3fn).float()) for c in range(256)]
+    rng = random.Random(11)
+    # Every code with the scale bytes at the edges and the pack's range (114..140), then random.
+    scales = [0, 1, 2, 62, 63, 64, 100, *range(114, 141), 193, 194, 195, 254, 255]
+    cases = [(c * 0x0101010101010101, s) for c in range(256) for s in scales]
+    cases += [(rng.getrandbits(64), rng.randrange(256)) for _ in range(2000)]
+    for x, s in cases:
+        t = min(s + 120 - shift, 255) << 7
+        out = run_ptx(asm, {"$4": x & 0xFFFFFFFF, "$5": x >> 32, "$6": t | t << 16})
+        for i in range(4):
+            for half, code in ((0, (x >> (8 * i)) & 0xFF), (1, (x >> (8 * (i + 4))) & 0xFF)):
+                got = (out[f"${i}"] >> (16 * half)) & 0xFFFF
+                v = e4m3[code] if code & 0x7F != 0x7F else math.copysign(480.0, -1 if code & 0x80 else 1)
+                if s == 0:  # byte 0 reads as 0.0: the product is +-0
+                    assert got & 0x7FFF == 0, (hex(x), i, half, s)
+                    continue
+                if s == 0xFF or s > 194:  # no bf16 factor: a NaN tile's zeros read as NaN
+                    assert bf16_value(got) != bf16_value(got) or math.isinf(bf16_value(got)), (hex(x), s)
+                    continue
+                want = v * 2.0 ** (s - 127 - shift)
+                assert got == bf16_bits(want), (hex(x), i, half, code, s, hex(got))  # rounded as bf16 has it
+                if s >= 63:  # scales of 2**-64 and more (the pack writes 2**-13 and more): exact
+                    assert struct.pack("<f", bf16_value(got)) == struct.pack("<f", want), (hex(x), s)
+
+
 def _wgmma(comp: str, win: str, splits: int = 0) -> Config:
     return wgmma_config(default_config(comp, win)).replace(NUM_SPLITS=splits)
 

@@ -14,6 +14,9 @@ LN2 = gl.constexpr(0.6931471805599453)
 # The e2m1 tiles' K is stored times 2**-K_SHIFT (see _e2m1_scaled_bf16): their scores' scale and
 # their P (MMA 2's B operand) take the factor back, exactly (powers of two).
 K_SHIFT = gl.constexpr(8)
+# The e4m3 tiles' K is stored times 2**-E4M3_SHIFT (see _e4m3_scaled_bf16), taken back the same way:
+# their scale factor 2**(s - 127 + 120 - E4M3_SHIFT) is a bf16 for every ue8m0 byte s up to 194.
+E4M3_SHIFT = gl.constexpr(60)
 
 
 @gluon.jit
@@ -25,13 +28,6 @@ def _launch_dependents():
 
 
 @gluon.jit
-def _ue8m0_value(b):
-    # ue8m0 byte (int32) -> 2**(b-127); 0xFF is NaN, byte 0 reads as 0.0 (as the reference builds it).
-    v = (b << 23).to(gl.float32, bitcast=True)
-    return gl.where(b == 0xFF, float("nan"), v)
-
-
-@gluon.jit
 def _e4m3_scale_value(b):
     # e4m3fn scale byte (int32) -> fp32 (the conversion is exact; 0x7F / 0xFF are NaN). Unlike
     # the Triton readers' helper (_decode_keys.py.j2), no explicit NaN select: that one is for
@@ -39,6 +35,84 @@ def _e4m3_scale_value(b):
     return b.to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)
 
 
+
+
+@gluon.jit
+def _e4m3_scaled_bf16(b, s):
+    # Eight e4m3 bytes ($4, $5: e0..e7) -> eight bf16 times their scale ($6: a bf16 pair, the same
+    # for the eight; $7-$13 repeat it), with no float conversion: an e4m3 code's seven magnitude bits placed at bf16
+    # bits 4-10 and its sign at bit 15 are its value times 2**-120 (a subnormal code or zero too:
+    # the same relation), so once a byte permute has put e_i and e_i+4 16 bits apart, they become
+    # one bf16 pair by shifts and masks, and one packed FMA (-0.0 added) applies the scale, which
+    # the caller passes times 2**(120 - E4M3_SHIFT). 20 instructions for eight values; the float
+    # conversions (e4m3x2 -> f16x2 -> two f32, two multiplies, f32x2 -> bf16x2) took 24 and
+    # _group_order's byte permutes more. Element codes 0x7F / 0xFF (e4m3 NaN) read as +-480 here:
+    # a record never holds them (a NaN tile is a NaN scale and zero bytes, FORMATS.md).
+    # Outputs (e0, e4), (e1, e5), (e2, e6), (e3, e7): the order of _group_order already.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 x, m, t, z;
+        mov.b32 z, 0x80008000;
+        prmt.b32 x, $4, $5, 0x5410;
+        shl.b32 m, x, 4;
+        shl.b32 t, x, 8;
+        and.b32 t, t, 0x80008000;
+        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
+        fma.rn.bf16x2 $0, m, $6, z;
+        shr.u32 m, x, 4;
+        and.b32 t, x, 0x80008000;
+        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
+        fma.rn.bf16x2 $1, m, $6, z;
+        prmt.b32 x, $4, $5, 0x7632;
+        shl.b32 m, x, 4;
+        shl.b32 t, x, 8;
+        and.b32 t, t, 0x80008000;
+        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
+        fma.rn.bf16x2 $2, m, $6, z;
+        shr.u32 m, x, 4;
+        and.b32 t, x, 0x80008000;
+        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
+        fma.rn.bf16x2 $3, m, $6, z;
+        }""",
+        constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
+        args=[b, s],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=8,
+    )
+
+
+@gluon.jit
+def _e4m3_values(b, sb):
+    # e4m3 bytes (a thread's 16 contiguous bytes of one scale tile) and their tiles' ue8m0 bytes
+    # (int32, broadcastable) -> bf16 of b's shape, times 2**-E4M3_SHIFT, each 8-dim group in
+    # _group_order's order: exact for scale bytes 63..194 (2**-64..2**67: the values stay bf16
+    # normals or exact subnormals; the pack writes 114 and up). The factor 2**(s - 127 + 120 - E4M3_SHIFT) as a bf16 pair
+    # (both halves of an int32), three instructions a scale: byte 0 makes every value +-0 (the
+    # product is below bf16's least subnormal, as the reference reads byte 0 as 0.0); bytes past
+    # 194 (scales over 2**67, values over 6e22, which no bf16 factor holds) and 0xFF give an
+    # infinite factor, so a NaN tile's zero bytes read as NaN, as the reference has them.
+    t = gl.minimum(sb + (120 - E4M3_SHIFT), 255) << 7
+    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))
+
+
+@gluon.jit
+def _bf16_scaled(x):
+    # bf16 pairs times 2**-E4M3_SHIFT (the packed FMA, -0.0 added; exact for |x| >= 2**-66): the
+    # bf16 dims of an fp8_584 tile in the unit of its e4m3 dims.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 k, z;
+        mov.b32 k, 0x21802180;
+        mov.b32 z, 0x80008000;
+        fma.rn.bf16x2 $0, $1, k, z;
+        }""",
+        constraints="=r,r",
+        args=[x],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
 
 
 @gluon.jit
@@ -93,7 +167,8 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     s = warpgroup_mma_wait(0, deps=(s,))
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
-    # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 1 for e4m3).
+    # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 2**E4M3_SHIFT for
+    # e4m3 ones).
     s = gl.where(valid[:, None], s * (scale_log2 * K_UNIT), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -102,8 +177,7 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     # The sums stay per key row (each thread its rows) until the program's end: one cross-warp
     # reduction a tile instead of two (H200: the two took 0.4 us of a tile's 3.5).
     l_r = l_r * alpha[None, :] + p
-    if K_UNIT != 1.0:
-        p = p * K_UNIT  # for MMA 2 only (exact: a power of two); the sums above took p itself
+    p = p * K_UNIT  # for MMA 2 only (exact: a power of two); the sums above took p itself
     p_smem.index(z).store(gl.permute(p.to(gl.bfloat16), (1, 0)))
     fence_async_shared()
     gl.thread_barrier()
@@ -207,8 +281,7 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
     # One fetched chunk -> K_c[64, 128] bf16 (exactly), each 8-dim group in
     # _group_order's order.
     sb = sb.to(gl.int32)
-    v = b.to(gl.float8e4nv, bitcast=True).to(gl.float32) * _ue8m0_value(sb)[:, :, None]
-    return _group_order(gl.reshape(v.to(gl.bfloat16), [BLOCK_N, CHUNK]), CHUNK)
+    return gl.reshape(_e4m3_values(b, sb[:, :, None]), [BLOCK_N, CHUNK])
 
 
 @gluon.jit
@@ -219,12 +292,11 @@ def _comp_tail_store(rows, srows, u, dst):
     T2: gl.constexpr = _comp_t2(gl.num_warps())
     b = srows.index(u).slice(0, 64, dim=1).load(T2)
     sb = srows.index(u).slice(70, 1, dim=1).load(T2).to(gl.int32)
-    v = b.to(gl.float8e4nv, bitcast=True).to(gl.float32) * _ue8m0_value(sb)
-    dst.slice(0, 64, dim=1).store(_group_order(v.to(gl.bfloat16), 64))
+    dst.slice(0, 64, dim=1).store(_e4m3_values(b, sb))
     H2: gl.constexpr = _comp_h2(gl.num_warps())
     x = rows.index(4 * u + 3)._reinterpret(gl.bfloat16, [BLOCK_N, 64],
                                           gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(H2)
-    dst.slice(64, 64, dim=1).store(_group_order(x, 64))
+    dst.slice(64, 64, dim=1).store(_group_order(_bf16_scaled(x), 64))
 
 
 @gluon.jit
@@ -266,7 +338,7 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
         _comp_tail_store(rows, srows, u, kv_smem.index(z + 3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 1.0, s_l, o_l)
+                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
