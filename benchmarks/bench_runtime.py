@@ -3,7 +3,8 @@
 - `flash_mla_with_kvcache` (V4.1 pair, H=16, top-k 512, window 128) against `tuner.kernels.decode.decode`
   and `fp8_paged_mqa_logits` (mxfp4_68, 64 index heads, 64K context) against `tuner.kernels.logits.logits`,
   at T=1 and T=64, each under CUDA-graph replay with the same config: the adapter must add no kernel
-  and no copy, so the two medians should match within noise;
+  and no copy, so the two medians should match within noise; the decode rows also with FlashMLA's
+  ragged `topk_length` / `extra_topk_length` (the launcher given the same lengths);
 - the host time of one call outside graphs (the adapter's Python: bucket lookup, views, checks),
   measured with the device synchronised before and after a batch of calls.
 
@@ -42,7 +43,7 @@ def _host_us(fn: Callable[[], Any], calls: int = 200) -> float:
     return (t1 - t0) / calls * 1e6
 
 
-def _decode_pair(tk: TunedKernels, t: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _decode_pair(tk: TunedKernels, t: int, lengths: bool = False) -> tuple[Callable[[], Any], Callable[[], Any]]:
     g = torch.Generator(device="cuda").manual_seed(t)
     comp = alloc_paged_cache("nvfp4_288", 4 * TOPK // PAGE, PAGE, device="cuda", fill=0)
     win = alloc_paged_cache("fp8_528", 4 * WINDOW // PAGE, PAGE, device="cuda", fill=0)
@@ -54,14 +55,18 @@ def _decode_pair(tk: TunedKernels, t: int) -> tuple[Callable[[], Any], Callable[
     cfg = tk.config_for("decode", ("nvfp4_288", "fp8_528"), "T", t, heads=H, topk=TOPK, window=WINDOW)
     (cf, _), (wf, _) = as_pages(comp, "nvfp4_288"), as_pages(win, "fp8_528")
     counters = torch.zeros(max(64, t), dtype=torch.int32, device="cuda")
+    # FlashMLA's ragged lists: each sequence reads between half and all of its top-k and window.
+    cl = torch.randint(TOPK // 2, TOPK + 1, (t,), device="cuda", generator=g, dtype=torch.int32) if lengths else None
+    wl = torch.randint(WINDOW // 2, WINDOW + 1, (t,), device="cuda", generator=g, dtype=torch.int32) if lengths else None
 
     def entry() -> Any:
         return tk.flash_mla_with_kvcache(q, win, None, None, 512, None, softmax_scale=0.044, indices=wi,
-                                         extra_k_cache=comp, extra_indices_in_kvcache=ci)
+                                         extra_k_cache=comp, extra_indices_in_kvcache=ci, topk_length=wl,
+                                         extra_topk_length=cl)
 
     def direct() -> Any:
         return decode(q.view(t, H, 512), cf, "nvfp4_288", ci.view(t, TOPK), wf, "fp8_528", wi.view(t, WINDOW), PAGE,
-                      0.044, None, cfg, counters=counters)
+                      0.044, None, cfg, counters=counters, topk_lens=cl, window_lens=wl)
 
     return entry, direct
 
@@ -99,7 +104,10 @@ def main() -> int:
     tk = (TunedKernels.from_server(args.url, warmup=False, **shape) if args.url
           else TunedKernels.defaults(None, warmup=False, **shape))
     rows = []
-    for name, pair in (("flash_mla_with_kvcache", _decode_pair), ("fp8_paged_mqa_logits", _logits_pair)):
+    pairs = (("flash_mla_with_kvcache", _decode_pair),
+             ("flash_mla_with_kvcache, topk_length", lambda tk, t: _decode_pair(tk, t, lengths=True)),
+             ("fp8_paged_mqa_logits", _logits_pair))
+    for name, pair in pairs:
         for t in (1, 64):
             entry, direct = pair(tk, t)
             rows.append({"entry_point": name, "T": t, "entry_us": time_us(entry), "direct_us": time_us(direct),

@@ -90,6 +90,41 @@ def test_decode_matches_reference(pair: tuple[str, str], sink: bool, target_name
             assert bool((o[1] == 0).all()) and bool(torch.isneginf(lse[1]).all()), where
 
 
+def _masked_past(idx: torch.Tensor, lens: torch.Tensor, seq_tokens: int) -> torch.Tensor:
+    per_token = lens.repeat_interleave(seq_tokens)
+    return torch.where(torch.arange(idx.shape[1], device=idx.device)[None, :] < per_token[:, None], idx, -1)
+
+
+@pytest.mark.parametrize("pair", ISSUE_PAIRS, ids=["+".join(p) for p in ISSUE_PAIRS])
+def test_list_lengths_bound_each_tokens_lists(pair: tuple[str, str], target_name: str, device: str) -> None:
+    # FlashMLA's topk_length: each sequence (of seq_tokens query tokens) reads only the first len
+    # slots of its lists, inside the kernel. Lengths of 0, inside and past the list, for one list or
+    # both: the same outputs as the lists with those slots set to -1, in every list layout and merge.
+    comp, win = pair
+    inp = make_decode_inputs(comp, win, 4, H, TOPK, WINDOW, device, 11, page_size=16, win_page_size=8)
+    comp_lens = torch.tensor([40, 0], dtype=torch.int32, device=device)  # sequences of 2 tokens each
+    win_lens = torch.tensor([7, 99], dtype=torch.int32, device=device)
+    legal = [b for b in cfg_backends(comp, win) if e2m1_backend_legality(b, target_name) is None]
+    for i, cfg in enumerate(_configs(comp, win, legal[0], sink=True)):
+        # Both lists' lengths in every layout; one list's alone in the default layout.
+        for lens in ((comp_lens, win_lens),) + (((comp_lens, None), (None, win_lens)) if i == 0 else ()):
+            args = (inp["q"], inp["comp_cache"], comp)
+            kw = dict(page_size=16, sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg, win_page_size=8)
+            want = decode(*args, _masked_past(inp["topk_idx"], comp_lens, 2) if lens[0] is not None else inp["topk_idx"],
+                          inp["win_cache"], win,
+                          _masked_past(inp["window_idx"], win_lens, 2) if lens[1] is not None else inp["window_idx"], **kw)
+            got = decode(*args, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"], **kw,
+                         topk_lens=lens[0], window_lens=lens[1], seq_tokens=2)
+            where = f"{comp}+{win} {cfg.to_json()} lens={[x is not None for x in lens]}"
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), where
+    with pytest.raises(ValueError, match="seq_tokens must divide"):
+        decode(inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"], 16,
+               inp["sm_scale"], win_page_size=8, topk_lens=comp_lens, seq_tokens=3)
+    with pytest.raises(ValueError, match="topk_lens must be a contiguous int32"):
+        decode(inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"], 16,
+               inp["sm_scale"], win_page_size=8, topk_lens=comp_lens.long(), seq_tokens=2)
+
+
 def test_sink_scales_output_but_not_lse(device: str) -> None:
     comp, win = "nvfp4_288", "fp8_528"
     inp = _inputs(comp, win, device, sink=True, seed=3)

@@ -64,6 +64,15 @@ def test_flash_mla_entry_point_launches_what_the_launcher_launches_on_the_engine
     assert via_entry and _signature(via_entry) == _signature(direct)
     # The caches the kernels read are the engine's tensors, not copies of them.
     assert {comp.untyped_storage().data_ptr(), win.untyped_storage().data_ptr()} <= _pointers(via_entry)
+    # With FlashMLA's topk_length / extra_topk_length the kernels read the engine's own index lists
+    # and lengths: the bound is applied inside the kernel, nothing is rewritten or copied first.
+    lens_c = torch.tensor([5, 40, 0], dtype=torch.int32, device=device)
+    lens_w = torch.tensor([20, 3, 7], dtype=torch.int32, device=device)
+    with record_launches() as bounded:
+        tk.flash_mla_with_kvcache(q, win, None, None, 512, None, softmax_scale=0.1, indices=wi, extra_k_cache=comp,
+                                  extra_indices_in_kvcache=ci, topk_length=lens_w, extra_topk_length=lens_c)
+    assert [la.fn.fn.__name__ for la in bounded] == [la.fn.fn.__name__ for la in via_entry]
+    assert {t.untyped_storage().data_ptr() for t in (ci, wi, lens_c, lens_w)} <= _pointers(bounded)
 
 
 def test_paged_logits_entry_point_launches_what_the_launcher_launches_on_the_engines_cache(

@@ -83,14 +83,17 @@ def _tuned_bundle(proc: Process, **kw: Any) -> dict[str, Any]:
     return _tune(b, "pack", "N1-64", pack_cfg.replace(BLOCK_T=1), proc, **kw)
 
 
-def _decode_call(tk: TunedKernels, b: int, device: str = "cpu", sink: bool = False, page: int = 16) -> None:
+def _decode_call(tk: TunedKernels, b: int, device: str = "cpu", sink: bool = False, page: int = 16,
+                 lengths: bool = False) -> None:
     kw = alloc_paged_cache("fp8_528", 2, page, device, fill=0)
     kc = alloc_paged_cache("nvfp4_288", 4, page, device, fill=0)
     q = torch.zeros(b, 1, H, 512, dtype=torch.bfloat16, device=device)
     idx = lambda n: torch.zeros(b, 1, n, dtype=torch.int32, device=device)  # noqa: E731
     attn_sink = torch.zeros(H, dtype=torch.float32, device=device) if sink else None
+    lens = (lambda n: torch.full((b,), n // 2, dtype=torch.int32, device=device)) if lengths else (lambda n: None)  # noqa: E731
     tk.flash_mla_with_kvcache(q, kw, None, None, 512, None, indices=idx(WINDOW), extra_k_cache=kc,
-                              extra_indices_in_kvcache=idx(TOPK), attn_sink=attn_sink)
+                              extra_indices_in_kvcache=idx(TOPK), attn_sink=attn_sink, topk_length=lens(WINDOW),
+                              extra_topk_length=lens(TOPK))
 
 
 def test_calls_launch_their_buckets_config_and_count_misses(proc: Process) -> None:
@@ -317,20 +320,22 @@ def test_export_module_is_torch_free() -> None:
 def test_enumerated_warmup_keys_cover_what_the_entry_point_launches() -> None:
     # What construction warms on an sm_90 GPU (every bucket's keys, enumerated here for that
     # target's specialisation rules) must cover each launch an engine's calls make: with and
-    # without sinks, window pages of 16 and 64, sizes across the buckets. On the H200 a call
-    # without attn_sink once compiled while serving: the probes had launched with sinks only.
+    # without sinks and list lengths, window pages of 16 and 64, sizes across the buckets. On the
+    # H200 a call without attn_sink once compiled while serving: the probes had launched with
+    # sinks only.
     proc = Process(arch="sm_90", device_name="NVIDIA H200", triton=triton.__version__)
     tk = TunedKernels(defaults_bundle("sm_90", H, TOPK, WINDOW, kernels=["decode"]), process=proc, warmup=False)
     t = tk.tables[("decode", ("nvfp4_288", "fp8_528"))]
     warmed = {(k.fn, k.args, k.options) for e in t.entries for k in keys_for("decode", t.key, e.config, e.bucket, "sm_90")}
     backend, pools = backend_class("sm_90"), get_family("decode").pool_args()
     calls = 0
-    for b, sink, page in ((1, False, 16), (1, True, 64), (2, False, 64), (5, True, 16), (17, False, 16), (64, True, 64)):
+    for b, sink, page, lengths in ((1, False, 16, False), (1, True, 64, True), (2, False, 64, False),
+                                   (5, True, 16, True), (17, False, 16, True), (64, True, 64, False)):
         with record_launches() as launches:
-            _decode_call(tk, b, sink=sink, page=page)
+            _decode_call(tk, b, sink=sink, page=page, lengths=lengths)
         for la in launches:
             opts = tuple((k, v) for k, v in la.options.items())
-            assert (la.fn.fn.__name__, launch_specs(la, backend, pools)[0], opts) in warmed, (b, sink, page)
+            assert (la.fn.fn.__name__, launch_specs(la, backend, pools)[0], opts) in warmed, (b, sink, page, lengths)
             calls += 1
     assert calls >= 6 and tk.misses.total() == 0
 
@@ -340,7 +345,8 @@ def test_mixed_size_serving_loop_after_construction_compiles_nothing(device: str
     # ever compiles, so it checks that serving after construction runs and dispatches per bucket.
     tk = TunedKernels.defaults(detect().name, H, TOPK, WINDOW, kernels=["decode"])
     with no_compiles():
-        for b, sink in ((1, False), (3, True), (2, False), (5, True), (1, True), (4, False)):
-            _decode_call(tk, b, device, sink=sink)
+        for b, sink, lengths in ((1, False, False), (3, True, True), (2, False, True), (5, True, False),
+                                 (1, True, True), (4, False, False)):
+            _decode_call(tk, b, device, sink=sink, lengths=lengths)
     assert sum(v for (k, name), v in tk.calls.items() if k == "decode" and name != "miss") == 6
     assert tk.misses.total() == 0

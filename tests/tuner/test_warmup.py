@@ -160,6 +160,11 @@ def _record_specs(family: str, key, config, inputs: dict, target: str) -> set[tu
     out = set()
     for la in launches:
         consts = {p for p in la.arg_names if p.isupper()}  # the templates' constexprs are UPPER_CASE
+        # Parameters the kernel marks do_not_specialize (by index or name) keep no value class
+        # (a JITFunction's attribute; an InterpretedFunction keeps its decorator's kwargs).
+        names = list(la.fn.arg_names)
+        raw = getattr(la.fn, "do_not_specialize", None) or getattr(la.fn, "kwargs", {}).get("do_not_specialize") or ()
+        nospec = {names[x] if isinstance(x, int) else x for x in raw}
         row = []
         for name, v in la.bound().items():
             if name in consts or isinstance(v, bool) or v is None:
@@ -167,7 +172,7 @@ def _record_specs(family: str, key, config, inputs: dict, target: str) -> set[tu
             elif isinstance(v, float):
                 row.append((name, "fp32", ""))
             else:
-                row.append((name,) + classify(v, backend))
+                row.append((name,) + classify(v, backend, specialize=name not in nospec))
         out.add((la.fn.fn.__name__, tuple(row)))
     return out
 

@@ -8,16 +8,15 @@ same two lists as (compressed, window): `extra_*` is its compressed list, `k_cac
 window list. Both caches are read in place (`views.as_pages`); q and the index lists are viewed
 as `[T = B * s_q, ...]`.
 
-`topk_length` / `extra_topk_length` (B,): the kernel has no per-token bound of its own yet, so the
-index lists are masked to -1 past the length on the device (one `torch.where` into a tensor of
-the call's own; no host sync). A kernel-side bound that also skips the masked blocks is the next
-step.
+`topk_length` / `extra_topk_length` (B,) go to the launcher as they are: the Triton decode kernels
+read each token's length on the device and stop their key loop there (the caller's index lists are
+neither copied nor rewritten); the wgmma kernel has no bound of its own yet, so for its configs the
+launcher masks the lists past the length on the device (see `tuner.kernels.decode.decode`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -42,6 +41,8 @@ class SparseDecodeCall:
     win_fmt: RecordFormat
     win_idx: torch.Tensor  # int32[T, window]
     win_page: int
+    comp_lens: torch.Tensor | None  # int32[B]: extra_topk_length
+    win_lens: torch.Tensor | None  # int32[B]: topk_length
     sm_scale: float
     sink: torch.Tensor | None
     batch: int
@@ -60,30 +61,20 @@ class SparseDecodeCall:
         return (self.comp_fmt.name, self.win_fmt.name)
 
 
-Positions = Callable[[int, torch.device], torch.Tensor]  # n -> int32 arange(n) on a device, cached
-
-
-def _index_list(idx: torch.Tensor | None, length: torch.Tensor | None, b: int, s_q: int, positions: Positions,
-                what: str) -> torch.Tensor:
+def _index_list(idx: torch.Tensor | None, length: torch.Tensor | None, b: int, s_q: int, what: str) -> torch.Tensor:
     if idx is None:
         raise ValueError(f"{what} is required (sparse mode)")
     if idx.dtype != torch.int32 or idx.dim() != 3 or tuple(idx.shape[:2]) != (b, s_q) or idx.shape[2] < 1:
         raise ValueError(f"{what} must be int32[B={b}, s_q={s_q}, n >= 1], got {idx.dtype}{tuple(idx.shape)}")
-    n = int(idx.shape[2])
-    if length is not None:
-        if length.dtype != torch.int32 or tuple(length.shape) != (b,):
-            raise ValueError(f"the length of {what} must be int32[B={b}], got {length.dtype}{tuple(length.shape)}")
-        # Slots past a sequence's length are ignored: -1, as the decode tile reads absent keys.
-        pos = positions(n, idx.device)
-        idx = torch.where(pos[None, None, :] < length[:, None, None], idx, -1)
-    return idx.reshape(b * s_q, n)
+    if length is not None and (length.dtype != torch.int32 or tuple(length.shape) != (b,) or not length.is_contiguous()):
+        raise ValueError(f"the length of {what} must be a contiguous int32[B={b}], got {length.dtype}{tuple(length.shape)}")
+    return idx.reshape(b * s_q, int(idx.shape[2]))
 
 
 def adapt(q: torch.Tensor, k_cache: torch.Tensor, head_dim_v: int, softmax_scale: float | None, causal: bool,
           is_fp8_kvcache: bool, indices: torch.Tensor | None, attn_sink: torch.Tensor | None,
           extra_k_cache: torch.Tensor | None, extra_indices_in_kvcache: torch.Tensor | None,
-          topk_length: torch.Tensor | None, extra_topk_length: torch.Tensor | None,
-          positions: Positions) -> SparseDecodeCall:
+          topk_length: torch.Tensor | None, extra_topk_length: torch.Tensor | None) -> SparseDecodeCall:
     """Check a call's arguments against what kvtune runs and view them as the decode launcher's."""
     if indices is None:
         raise ValueError("dense mode (indices=None) is not supported: kvtune runs FlashMLA's sparse decode only")
@@ -106,9 +97,10 @@ def adapt(q: torch.Tensor, k_cache: torch.Tensor, head_dim_v: int, softmax_scale
     scale = float(softmax_scale) if softmax_scale is not None else HEAD_DIM ** -0.5
     return SparseDecodeCall(
         q=q.reshape(b * s_q, h, HEAD_DIM), comp_cache=comp, comp_fmt=cf,
-        comp_idx=_index_list(extra_indices_in_kvcache, extra_topk_length, b, s_q, positions, "extra_indices_in_kvcache"),
+        comp_idx=_index_list(extra_indices_in_kvcache, extra_topk_length, b, s_q, "extra_indices_in_kvcache"),
         comp_page=cps, win_cache=win, win_fmt=wf,
-        win_idx=_index_list(indices, topk_length, b, s_q, positions, "indices"), win_page=wps,
+        win_idx=_index_list(indices, topk_length, b, s_q, "indices"), win_page=wps,
+        comp_lens=extra_topk_length, win_lens=topk_length,
         sm_scale=scale, sink=attn_sink, batch=b, s_q=s_q,
     )
 

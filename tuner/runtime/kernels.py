@@ -82,7 +82,6 @@ class TunedKernels:
         self.calls: Counter[tuple[str, str]] = Counter()  # (kernel, bucket name or "miss") -> calls
         self.reporter: MissReporter | None = None
         self._defaults: dict[tuple[str, tuple[str, ...], int], tuple[Config, ProblemKey]] = {}
-        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._rows: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._counters: dict[torch.device, torch.Tensor] = {}
         self.sources: dict[str, str] = dict(sources or {})
@@ -238,13 +237,6 @@ class TunedKernels:
         self.calls[(kernel, "miss")] += 1
         return cfg
 
-    def _arange(self, n: int, device: torch.device) -> torch.Tensor:
-        k = (n, device)
-        got = self._positions.get(k)
-        if got is None:
-            got = self._positions[k] = torch.arange(n, dtype=torch.int32, device=device)
-        return got
-
     def _row_constants(self, b: int, next_n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         k = (b, next_n, device)
         got = self._rows.get(k)
@@ -272,12 +264,13 @@ class TunedKernels:
         bf16, softmax_lse (B, H, s_q) fp32). block_table, cache_seqlens, tile_scheduler_metadata and
         num_splits are accepted and unused, as FlashMLA's sparse mode does not use them either."""
         call = flash_mla.adapt(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
-                               extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length, self._arange)
+                               extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length)
         cfg = self.config_for("decode", call.formats, "T", call.tokens, heads=call.heads,
                               topk=int(call.comp_idx.shape[1]), window=int(call.win_idx.shape[1]))
         o, lse = decode(call.q, call.comp_cache, call.comp_fmt, call.comp_idx, call.win_cache, call.win_fmt,
                         call.win_idx, call.comp_page, call.sm_scale, call.sink, cfg, win_page_size=call.win_page,
-                        counters=self._counters_for(call.tokens, q.device))
+                        counters=self._counters_for(call.tokens, q.device), topk_lens=call.comp_lens,
+                        window_lens=call.win_lens, seq_tokens=call.s_q)
         return flash_mla.outputs(o, lse, call)
 
     def fp8_paged_mqa_logits(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor,

@@ -278,24 +278,33 @@ def _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _split_end(chunk, n_keys, sp):
+    # Keys of split sp's chunk that lie inside the list's first n_keys: where its loop may stop.
+    return tl.minimum(chunk, tl.maximum(n_keys - sp * chunk, 0))
+
+
+@triton.jit
 def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
         BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
-        PREFETCH: tl.constexpr):
-    # This split's share of one key list. Every split runs the same trip count; keys past its
-    # share or past the list are masked (their loads move no bytes).
+        PREFETCH: tl.constexpr, STATIC_TRIPS: tl.constexpr):
+    # This split's share of one key list, up to the token's list length n_keys: keys past either
+    # are masked (their loads move no bytes). On a GPU the loop also stops at the length (a
+    # runtime bound, `_split_end`); under the interpreter it runs the share's constexpr trip count
+    # (the bound is written into each `range`: the interpreter turns every assigned value into a
+    # tensor, and cannot loop to a tensor).
     if PREFETCH:
         # Each block's slots and records are loaded one block early, before the dots of the block
         # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
         slot = _block_slots(idx_ptr, sp, chunk, n_keys, 0, BLOCK_N)
         b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
-        for start in range(0, chunk, BLOCK_N):
+        for start in range(0, chunk if STATIC_TRIPS else _split_end(chunk, n_keys, sp), BLOCK_N):
             valid = slot >= 0
             kv = _comp_keys_decode(b, sb, BLOCK_N, DOT_FP32)
             slot = _block_slots(idx_ptr, sp, chunk, n_keys, start + BLOCK_N, BLOCK_N)
             b, sb = _comp_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     else:
-        for start in range(0, chunk, BLOCK_N):
+        for start in range(0, chunk if STATIC_TRIPS else _split_end(chunk, n_keys, sp), BLOCK_N):
             slot = _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N)
             valid = slot >= 0
             kv = _comp_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
@@ -306,22 +315,25 @@ def _comp_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, 
 @triton.jit
 def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m_i, l_i, acc, scale_log2,
         BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, SWAP: tl.constexpr, UPCAST: tl.constexpr,
-        PREFETCH: tl.constexpr):
-    # This split's share of one key list. Every split runs the same trip count; keys past its
-    # share or past the list are masked (their loads move no bytes).
+        PREFETCH: tl.constexpr, STATIC_TRIPS: tl.constexpr):
+    # This split's share of one key list, up to the token's list length n_keys: keys past either
+    # are masked (their loads move no bytes). On a GPU the loop also stops at the length (a
+    # runtime bound, `_split_end`); under the interpreter it runs the share's constexpr trip count
+    # (the bound is written into each `range`: the interpreter turns every assigned value into a
+    # tensor, and cannot loop to a tensor).
     if PREFETCH:
         # Each block's slots and records are loaded one block early, before the dots of the block
         # before it: the slot list -> records -> dots chain of a block overlaps the previous one.
         slot = _block_slots(idx_ptr, sp, chunk, n_keys, 0, BLOCK_N)
         b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
-        for start in range(0, chunk, BLOCK_N):
+        for start in range(0, chunk if STATIC_TRIPS else _split_end(chunk, n_keys, sp), BLOCK_N):
             valid = slot >= 0
             kv = _win_keys_decode(b, sb, BLOCK_N, DOT_FP32)
             slot = _block_slots(idx_ptr, sp, chunk, n_keys, start + BLOCK_N, BLOCK_N)
             b, sb = _win_keys_fetch(cache_ptr, slot, slot >= 0, page_size, page_bytes, BLOCK_N)
             m_i, l_i, acc = _attend(q, kv, valid, m_i, l_i, acc, scale_log2, SWAP, UPCAST)
     else:
-        for start in range(0, chunk, BLOCK_N):
+        for start in range(0, chunk if STATIC_TRIPS else _split_end(chunk, n_keys, sp), BLOCK_N):
             slot = _block_slots(idx_ptr, sp, chunk, n_keys, start, BLOCK_N)
             valid = slot >= 0
             kv = _win_keys(cache_ptr, slot, valid, page_size, page_bytes, BLOCK_N, DOT_FP32)
@@ -333,32 +345,33 @@ def _win_pass(q, cache_ptr, idx_ptr, sp, chunk, n_keys, page_size, page_bytes, m
 def _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk, topk, window,
           comp_page_size, comp_page_bytes, win_page_size, win_page_bytes, m_i, l_i, acc, scale_log2,
           BLOCK_N: tl.constexpr, APART: tl.constexpr, ONLY: tl.constexpr, DOT_FP32: tl.constexpr,
-          SWAP: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr):
+          SWAP: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr, STATIC_TRIPS: tl.constexpr):
     if ONLY == 1:
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
     elif ONLY == 2:
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
     elif APART:
         # One list per program, picked per program (a uniform branch; both paths are compiled in):
         # programs [0, comp_splits) take chunks of the compressed list, the others of the window list.
         if sp < comp_splits:
             m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                       m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
         else:
             m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp - comp_splits, win_chunk, window, win_page_size,
-                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                      win_page_bytes, m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
     else:
         # The split's share of the compressed list, then of the window list.
         m_i, l_i, acc = _comp_pass(q, comp_ptr, topk_row, sp, comp_chunk, topk, comp_page_size, comp_page_bytes,
-                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                   m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
         m_i, l_i, acc = _win_pass(q, win_ptr, widx_row, sp, win_chunk, window, win_page_size, win_page_bytes,
-                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                                  m_i, l_i, acc, scale_log2, BLOCK_N, DOT_FP32, SWAP, UPCAST, PREFETCH, STATIC_TRIPS)
     return m_i, l_i, acc
 
 
-@triton.jit
+# The length divisors are 0, 1 or the engine's s_q: one binary for all of them (no specialisation).
+@triton.jit(do_not_specialize=["comp_len_div", "win_len_div"])
 def decode_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
     comp_ptr,  # uint8 pages of the compressed cache
@@ -371,6 +384,8 @@ def decode_kernel(
     part_o_ptr,  # SPLIT: [T, P, H, D] fp32 unnormalised partial outputs, P = programs per token
     part_ml_ptr,  # SPLIT: [T, P, H, 2] fp32 (running max in log2 units, sum of exp2)
     cnt_ptr,  # FUSED: [T] int32 arrival counters, zero before the launch and left zero after it
+    comp_len_ptr,  # [B] int32: keys of each sequence's compressed list to read (with comp_len_div > 0)
+    win_len_ptr,  # [B] int32: the same for the window list (with win_len_div > 0)
     n_heads,
     topk,
     window,
@@ -387,6 +402,8 @@ def decode_kernel(
     comp_splits,  # APART: programs 0..comp_splits-1 walk the compressed list, the others the window list
                   # (ONLY: the compressed list's program count; the window launch's partials follow them)
     scale_log2,  # sm_scale * log2(e)
+    comp_len_div,  # query tokens a sequence (token t reads length t // comp_len_div); 0: the whole list
+    win_len_div,  # the same for the window list's lengths
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,  # FUSED: a power of two >= the programs per token
@@ -437,14 +454,23 @@ def decode_kernel(
     # come as constexprs; GPUs take them at run time: one binary for every split count.
     topk_row = topk_ptr + t64 * stride_kt
     widx_row = widx_ptr + t64 * stride_wt
+    # Each list's length for this token: its sequence's (FlashMLA's topk_length), clamped to the
+    # list, or the whole list. Loaded either way (without lengths the pointers are valid stand-ins)
+    # and chosen arithmetically: the interpreter mishandles values assigned under a runtime `if`.
+    c_len = tl.load(comp_len_ptr + tok // tl.maximum(comp_len_div, 1))
+    w_len = tl.load(win_len_ptr + tok // tl.maximum(win_len_div, 1))
+    n_c = tl.where(comp_len_div > 0, tl.minimum(tl.maximum(c_len, 0), topk), topk)
+    n_w = tl.where(win_len_div > 0, tl.minimum(tl.maximum(w_len, 0), window), window)
     if STATIC_TRIPS:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, COMP_CHUNK, WIN_CHUNK,
-                              topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                              n_c, n_w, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH,
+                              STATIC_TRIPS)
     else:
         m_i, l_i, acc = _walk(q, comp_ptr, topk_row, win_ptr, widx_row, sp, comp_splits, comp_chunk, win_chunk,
-                              topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH)
+                              n_c, n_w, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+                              m_i, l_i, acc, scale_log2, BLOCK_N, APART, ONLY, DOT_FP32, SWAP, UPCAST, PREFETCH,
+                              STATIC_TRIPS)
 
     if SWAP:
         acc = tl.trans(acc)

@@ -263,6 +263,9 @@ def decode(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     workspace: torch.Tensor | None = None,
     counters: torch.Tensor | None = None,
+    topk_lens: torch.Tensor | None = None,
+    window_lens: torch.Tensor | None = None,
+    seq_tokens: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MQA decode: `q[T, H, 512]` bf16 over the `topk_idx` slots of the compressed cache and
     the `window_idx` slots of the window cache (int32, -1 = none). Returns `(o[T, H, 512] bf16,
@@ -270,26 +273,62 @@ def decode(
     launch's `split_plan(...).programs` partials; `max_partials` bounds them) and `counters` (int32,
     at least T elements, zero-initialised once by the caller: used by COMBINE=fused, and left zero by
     every completed launch) may be preallocated so that a launch allocates nothing (CUDA-graph
-    capture). Without `counters` a fused launch allocates zeroed ones itself."""
+    capture). Without `counters` a fused launch allocates zeroed ones itself.
+    `topk_lens` / `window_lens` (int32[T / seq_tokens], one a sequence of `seq_tokens` query
+    tokens; FlashMLA's topk_length): each token reads only the first len slots of its list. The
+    Triton kernels bound their key loop there on the device; the wgmma kernel has no bound of its
+    own yet, so for it the lists are masked to -1 past the length (one device op a list)."""
     cf, wf = _fmt512(comp_fmt), _fmt512(win_fmt)
     wps = page_size if win_page_size is None else win_page_size
     n_tok, heads = _check_inputs(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale,
                                  attn_sink)
+    lens = _checked_lengths(topk_lens, window_lens, seq_tokens, n_tok, q.device)
     cfg = _checked_config(config, cf, wf, heads)
     o, lse = _outputs(out, n_tok, heads, q.device)
     _check_counters(counters, n_tok, q.device)
     if n_tok == 0:
         return o, lse
-    launch = _decode_wgmma if cfg["MMA"] == "wgmma" else _decode_triton
-    launch(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink, cfg, o, lse,
-           workspace, counters)
+    if cfg["MMA"] == "wgmma":
+        topk_idx, window_idx = _masked(topk_idx, topk_lens, seq_tokens), _masked(window_idx, window_lens, seq_tokens)
+        _decode_wgmma(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink, cfg,
+                      o, lse, workspace)
+    else:
+        _decode_triton(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink, cfg,
+                       o, lse, workspace, counters, lens)
     return o, lse
+
+
+# (compressed lengths, window lengths, their divisors): a stand-in pointer and divisor 0 for a list
+# without lengths (the kernel then reads the whole list).
+Lengths = tuple[torch.Tensor | None, torch.Tensor | None, int]
+
+
+def _checked_lengths(topk_lens: torch.Tensor | None, window_lens: torch.Tensor | None, seq_tokens: int, n_tok: int,
+                     device: torch.device) -> Lengths:
+    if seq_tokens < 1 or (n_tok and n_tok % seq_tokens):
+        raise ValueError(f"seq_tokens must divide T={n_tok} (query tokens a sequence), got {seq_tokens}")
+    for name, t in (("topk_lens", topk_lens), ("window_lens", window_lens)):
+        if t is not None and (t.dtype != torch.int32 or t.dim() != 1 or t.numel() < n_tok // seq_tokens
+                              or t.device != device or t.stride(0) != 1):
+            raise ValueError(f"{name} must be a contiguous int32[B={n_tok // seq_tokens}] on {device}, "
+                             f"got {t.dtype}{tuple(t.shape)} on {t.device}")
+    return topk_lens, window_lens, seq_tokens
+
+
+def _masked(idx: torch.Tensor, lens: torch.Tensor | None, seq_tokens: int) -> torch.Tensor:
+    """`idx` with the slots past each token's length set to -1 (a tensor of the call's own)."""
+    if lens is None:
+        return idx
+    pos = torch.arange(idx.shape[1], dtype=torch.int32, device=idx.device)
+    b = idx.shape[0] // seq_tokens
+    per_token = lens[:b].repeat_interleave(seq_tokens) if seq_tokens > 1 else lens[:b]
+    return torch.where(pos[None, :] < per_token[:, None], idx, -1)
 
 
 def _decode_triton(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
                    win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
                    sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
-                   workspace: torch.Tensor | None, counters: torch.Tensor | None) -> None:
+                   workspace: torch.Tensor | None, counters: torch.Tensor | None, lens: Lengths) -> None:
     """`decode` by decode_kernel (arguments already checked there), merged by decode_combine or
     in the kernel (COMBINE=fused) where a token has more than one program."""
     n_tok, heads = q.shape[0], q.shape[1]
@@ -311,16 +350,20 @@ def _decode_triton(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, 
     block_s = max(MAX_SPLITS, triton.next_power_of_2(parts))
     block_h = max(16, triton.next_power_of_2(heads))
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
+    # A list without lengths: divisor 0, and any int32 tensor of at least T elements as its pointer.
+    comp_lens, win_lens, seq_tokens = lens
+    c_len, c_div = (comp_lens, seq_tokens) if comp_lens is not None else (topk_idx, 0)
+    w_len, w_div = (win_lens, seq_tokens) if win_lens is not None else (window_idx, 0)
     # One launch over every program of a token, or (LISTS=separate) one per list: the compressed
     # list's comp_splits programs, then the window list's, whose partials follow.
     launches = ([(1, plan.comp_splits), (2, parts - plan.comp_splits)] if plan.separate else [(0, parts)])
     for only, programs in launches:
         mod.decode_kernel[(n_tok, programs)](
-            q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt,
+            q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml, cnt, c_len, w_len,
             heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
             q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0),
             plan.comp_chunk, plan.win_chunk, plan.comp_splits if plan.apart else 0, float(sm_scale) * math.log2(math.e),
-            BLOCK_H=block_h, BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
+            c_div, w_div, BLOCK_H=block_h, BLOCK_S=block_s if fused else MAX_SPLITS, STATIC_TRIPS=static,
             COMP_CHUNK=plan.comp_chunk if static else 0, WIN_CHUNK=plan.win_chunk if static else 0,
             N_PARTS=parts if static and fused else 0, SPLIT=plan.partial, APART=plan.apart, ONLY=only, FUSED=fused,
             HAS_SINK=attn_sink is not None, UPCAST=interpreting(), **config_constexprs(cfg),

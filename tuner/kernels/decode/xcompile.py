@@ -22,6 +22,7 @@ ARG_TYPES: dict[str, str] = {
     "comp_page_bytes": "i32", "win_page_size": "i32", "win_page_bytes": "i32", "stride_qt": "i32",
     "stride_qh": "i32", "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32",
     "comp_splits": "i32", "tiles_per_prog": "i32", "n_split": "i32", "scale_log2": "fp32",
+    "comp_len_ptr": "*i32", "win_len_ptr": "*i32", "comp_len_div": "i32", "win_len_div": "i32",
 }
 
 # Multiples of 16 at the seed shape (16 heads, top-k 512, window 128, 64-record pages, contiguous q
