@@ -57,6 +57,7 @@ def table(runs: dict[int, dict[str, Any]]) -> str:
            "FlashMLA (sm90 V4 sparse decode, fp8_584 pair) is quoted from issue 28 (2026-12-01, same GPU kind): "
            "at 64 heads from DRAM; the 128-head figures were L2-resident. kvtune columns: the picks of this run, "
            "not a full tune.", "",
+           "Runs: " + "; ".join(f"H={h} {runs[h]['provenance']['date']}" for h in heads) + ".", "",
            "| kernel | formats | H | T=1 us | T=8 us | T=64 us |", "|---|---|---|---|---|---|"]
     for h, ref in FLASHMLA.items():
         out.append(f"| FlashMLA sm90 V4 (issue 28) | fp8_584 + fp8_584 | {h} | " + " | ".join(f"{ref[t]}" for t in TS) + " |")
@@ -84,7 +85,38 @@ def table(runs: dict[int, dict[str, Any]]) -> str:
                 if rows.get(t):
                     b = min(rows[t], key=lambda r: r["us"])
                     out.append(f"| {pair_name} | {h} | {t} | {_label(b['config'])} | {b['us']:.2f} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + [""] + done_when(runs)) + "\n"
+
+
+def _best(run: dict[str, Any], key: str) -> dict[int, float]:
+    return {t: min(r["us"] for r in rows) for t, rows in _rows(run, key).items() if rows}
+
+
+def done_when(runs: dict[int, dict[str, Any]]) -> list[str]:
+    """Issue 28's done-when lines, each checked on these runs' best timed configs (a picked-config
+    run, not a full tune): the fp8_584 pair against FlashMLA at 64 and 128 heads, 16 heads faster
+    than 64, the V4.1 pair faster than the fp8_584 pair at every (H, T) measured."""
+    def verdict(ok: bool) -> str:
+        return "holds" if ok else "does NOT hold"
+
+    out = ["Issue 28's done-when lines on these runs (best timed config of each; a picked-config run, not a tune):", ""]
+    base = {h: _best(r, "fp8_584_sweep") for h, r in runs.items()}
+    main = {h: _best(r, "sweep") for h, r in runs.items()}
+    for h, ref in FLASHMLA.items():
+        if h not in base:
+            out.append(f"- fp8_584 pair at H={h} vs FlashMLA: not measured")
+            continue
+        cells = [f"T={t} {base[h].get(t, float('nan')):.1f} vs {ref[t]}" for t in TS]
+        ok = all(t in base[h] and base[h][t] <= ref[t] for t in TS)
+        out.append(f"- fp8_584 pair at H={h} at least as fast as FlashMLA ({', '.join(cells)} us): {verdict(ok)}")
+    if 16 in base and 64 in base:
+        ok = all(t in base[16] and t in base[64] and base[16][t] < base[64][t] for t in TS)
+        out.append(f"- fp8_584 pair faster at H=16 than at H=64 at every T: {verdict(ok)}")
+    worse = [(h, t) for h in sorted(runs) for t in TS if t in main[h] and t in base[h] and main[h][t] >= base[h][t]]
+    pairs = sum(1 for h in runs for t in TS if t in main[h] and t in base[h])
+    out.append(f"- V4.1 pair faster than the fp8_584 pair at every (H, T) measured ({pairs}): "
+               + (verdict(True) if not worse else verdict(False) + f" at {worse}"))
+    return out
 
 
 def main() -> int:

@@ -45,3 +45,21 @@ def test_the_table_takes_defaults_wgmma_rows_and_bests_from_the_runs() -> None:
     assert row[("kvtune best timed", "fp8_584 + fp8_584", "128")] == ["-", "-", "-"]
     assert "| nvfp4_288+fp8_528 | 64 | 64 | wgmma, 2 warpgroups, splits 1 | 44.00 |" in lines
     assert "| FlashMLA sm90 V4 (issue 28) | fp8_584 + fp8_584 | 64 | 11.9 | 14.4 | 40.5 |" in lines
+
+
+def test_the_done_when_lines_are_checked_on_the_best_configs() -> None:
+    wg = _cfg("wgmma", 4)
+    fast = {t: [{"config": wg, "us": {1: 11.0, 8: 14.0, 64: 40.0}[t]}] for t in (1, 8, 64)}
+    slow = {t: [{"config": wg, "us": {1: 11.5, 8: 15.0, 64: 41.0}[t]}] for t in (1, 8, 64)}
+    runs = {16: _run(16, fast, slow), 64: _run(64, fast, slow)}
+    lines = table(runs).splitlines()
+    assert "Runs: H=16 2026-12-02 01:59 UTC; H=64 2026-12-02 01:59 UTC." in lines
+    # fp8_584 at 64 heads: 11.5 <= 11.9, 15.0 > 14.4 -> does not hold; 128 heads not run.
+    assert "- fp8_584 pair at H=64 at least as fast as FlashMLA (T=1 11.5 vs 11.9, T=8 15.0 vs 14.4, " \
+           "T=64 41.0 vs 40.5 us): does NOT hold" in lines
+    assert "- fp8_584 pair at H=128 vs FlashMLA: not measured" in lines
+    assert "- fp8_584 pair faster at H=16 than at H=64 at every T: does NOT hold" in lines  # equal is not faster
+    assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (6): holds" in lines
+    runs[64] = _run(64, slow, fast)
+    assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (6): does NOT hold at " \
+           "[(64, 1), (64, 8), (64, 64)]" in table(runs).splitlines()
