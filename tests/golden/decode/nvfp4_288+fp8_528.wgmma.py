@@ -79,14 +79,15 @@ def _e2m1_scaled_bf16(b, s):
 @gluon.jit
 def _e4m3_scaled_bf16(b, s):
     # Eight e4m3 bytes ($4, $5: e0..e7) -> eight bf16 times their scale ($6: a bf16 pair, the same
-    # for the eight; $7-$13 repeat it), with no float conversion: an e4m3 code's seven magnitude bits placed at bf16
-    # bits 4-10 and its sign at bit 15 are its value times 2**-120 (a subnormal code or zero too:
-    # the same relation), so once a byte permute has put e_i and e_i+4 16 bits apart, they become
-    # one bf16 pair by shifts and masks, and one packed FMA (-0.0 added) applies the scale, which
-    # the caller passes times 2**(120 - E4M3_SHIFT). 20 instructions for eight values; the float
-    # conversions (e4m3x2 -> f16x2 -> two f32, two multiplies, f32x2 -> bf16x2) took 24 and
-    # _group_order's byte permutes more. Element codes 0x7F / 0xFF (e4m3 NaN) read as +-480 here:
-    # a record never holds them (a NaN tile is a NaN scale and zero bytes, FORMATS.md).
+    # for the eight; $7-$13 repeat it), with no float conversion: an e4m3 code's seven magnitude
+    # bits placed at bf16 bits 4-10 and its sign at bit 15 are its value times 2**-120 (a subnormal
+    # code or zero too: the same relation), so once a byte permute has put e_i and e_i+4 16 bits
+    # apart, they become one bf16 pair by shifts and masks, and one packed FMA (-0.0 added)
+    # applies the scale, which the caller passes times 2**(120 - E4M3_SHIFT). 18 SASS for eight
+    # values (static sm_90); the float conversions (e4m3x2 -> f16x2 -> two f32, two multiplies,
+    # f32x2 -> bf16x2) took 24 and _group_order's byte permutes more. Element codes 0x7F / 0xFF
+    # (e4m3 NaN) read as +-480 here: a record never holds them (a NaN tile is a NaN scale and zero
+    # bytes, FORMATS.md).
     # Outputs (e0, e4), (e1, e5), (e2, e6), (e3, e7): the order of _group_order already.
     return gl.inline_asm_elementwise(
         asm="""{
@@ -126,8 +127,9 @@ def _e4m3_values(b, sb):
     # e4m3 bytes (a thread's 16 contiguous bytes of one scale tile) and their tiles' ue8m0 bytes
     # (int32, broadcastable) -> bf16 of b's shape, times 2**-E4M3_SHIFT, each 8-dim group in
     # _group_order's order: exact for scale bytes 63..194 (2**-64..2**67: the values stay bf16
-    # normals or exact subnormals; the pack writes 114 and up). The factor 2**(s - 127 + 120 - E4M3_SHIFT) as a bf16 pair
-    # (both halves of an int32), three instructions a scale: byte 0 makes every value +-0 (the
+    # normals or exact subnormals; the pack writes 114 and up). The factor
+    # 2**(s - 127 + 120 - E4M3_SHIFT) as a bf16 pair (both halves of an int32), three
+    # instructions a scale: byte 0 makes every value +-0 (the
     # product is below bf16's least subnormal, as the reference reads byte 0 as 0.0); bytes past
     # 194 (scales over 2**67, values over 6e22, which no bf16 factor holds) and 0xFF give an
     # infinite factor, so a NaN tile's zero bytes read as NaN, as the reference has them.
