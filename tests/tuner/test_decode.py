@@ -747,6 +747,29 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
+def test_wgmma_takes_list_lengths_on_sm90(pair: tuple[str, str]) -> None:
+    # FlashMLA's topk_length on the wgmma path: the same outputs as the lists with the slots past
+    # each sequence's lengths set to -1 (lengths of 0, inside and past the lists), one program a
+    # token and several, one warpgroup and two.
+    comp, win = pair
+    inp = make_decode_inputs(comp, win, 4, 32, 512, 128, "cuda", 13)
+    comp_lens = torch.tensor([200, 0], dtype=torch.int32, device="cuda")  # sequences of 2 tokens each
+    win_lens = torch.tensor([7, 999], dtype=torch.int32, device="cuda")
+    args = (inp["q"], inp["comp_cache"], comp)
+    for splits, warps in ((0, 4), (1, 8), (4, 8)):
+        kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"],
+                  config=_wgmma(comp, win, splits).replace(num_warps=warps), win_page_size=inp["win_page_size"])
+        want = decode(*args, _masked_past(inp["topk_idx"], comp_lens, 2), inp["win_cache"], win,
+                      _masked_past(inp["window_idx"], win_lens, 2), **kw)
+        got = decode(*args, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"], **kw,
+                     topk_lens=comp_lens, window_lens=win_lens, seq_tokens=2)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (splits, warps)
+        assert bool(torch.isfinite(want[1][0]).all()) and not torch.equal(want[0], decode(
+            *args, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"], **kw)[0])  # the lengths did something
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
 @pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "fp8_528"), ("fp8_584", "fp8_584")],
                          ids=lambda p: "+".join(p))
