@@ -28,7 +28,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|heads-table|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -78,6 +78,13 @@ for phase in "$@"; do
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
+    ;;
+  heads-on-m)  # the wgmma path's staged heads-on-M build: its GPU test, then its timings beside the shipped builds
+    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "heads_on_m" -p no:cacheprovider -rA \
+      >"$OUT/results/pytest_decode_hm_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hm_gpu_h200.log"
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py --out "$OUT/results" >"$OUT/bench_decode_hm.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hm.log"
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
     for h in ${HEADS:-32 64}; do

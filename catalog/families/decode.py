@@ -232,6 +232,29 @@ def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: 
     return WGMMA_HEADS
 
 
+# The heads-on-M build of the wgmma path (decode_wgmma_hm_kernel): 64 heads a program on the MMAs'
+# M, two warpgroups splitting S's keys and O's dims, each tile read and dequantized once per 64
+# heads. Staged: not in `space` until it has run on an H200 (tuner.kernels.decode.decode_wgmma_heads_m
+# reaches it, for its GPU test and benchmarks/bench_decode_hm.py).
+WGMMA_HM_HEADS = 64
+WGMMA_HM_WARPS = 8
+
+
+def wgmma_hm_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
+    """Shared memory of a heads-on-M program: the wgmma path's buffers at 64 heads (P[64 heads,
+    64 keys] instead of P^T: the same bytes)."""
+    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HM_HEADS)
+
+
+def wgmma_hm_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
+    """Whether the heads-on-M build reads this pair: one record format for both lists (they take
+    the stage buffers in turn; two lists' buffers beside a 64-head query would not fit) and its
+    shared memory within sm_90's limit."""
+    c, w = get_format(comp_fmt), get_format(win_fmt)
+    return c.name == w.name and c.name in WGMMA_FORMATS and \
+        wgmma_hm_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+
+
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     """Whether the wgmma path reads this record pair: both sides WGMMA_FORMATS, and a 16-head
     program's shared memory within sm_90's limit (not fp8_584 beside fp8_528: two lists' stage

@@ -302,6 +302,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
         for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "fp8_584+fp8_584", "nvfp4_288+fp8_528 split"):
             assert ("wgmma", pair, t) in seen
+        assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", t) in seen  # the staged build
         assert ("soft", "combine pdl", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
@@ -713,6 +714,27 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
     assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
 
 
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> None:
+    # The staged heads-on-M build (decode_wgmma_hm_kernel: 64 heads a program, two warpgroups),
+    # compiled on the CPU for sm_90 as test_wgmma_kernel_fits_sm90... does: within the registers
+    # and the opt-in shared memory, as `wgmma_hm_shared_bytes` predicts it, records by cp.async.
+    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_hm_reads, wgmma_hm_shared_bytes
+
+    assert wgmma_hm_reads(*pair) and not wgmma_hm_reads("nvfp4_288", "fp8_528")  # one format, both lists
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma",
+                          "--heads-on-m"], env=env, capture_output=True, text=True, check=True).stdout
+    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
+    got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
+    assert got["config"] == "MMA=wgmma heads on M", out
+    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
+    predicted = wgmma_hm_shared_bytes(*pair)
+    assert predicted <= int(got["shared_bytes"]) <= predicted + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, (predicted, out)
+    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
+
+
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
@@ -744,6 +766,36 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
         for splits in (0, 1, 2):
             _poison(inp)
             assert verify_decode(comp, win, inp, run_decode(comp, win, _wgmma(comp, win, splits), inp)) is None, page
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
+    """The staged heads-on-M build (decode_wgmma_heads_m) at 16, 24, 64 and 128 heads (one group of
+    64 padded, and two), T = 1, 8, 64, one program a token and several, with and without sink, a
+    token whose lists are all -1; then an odd shape with pages of 16 and 8. Outputs checked against
+    the float64 reference."""
+    from tuner.kernels.decode import decode_wgmma_heads_m
+
+    comp, win = pair
+    for heads in (16, 24, 64, 128):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            for splits, sink in ((0, True), (4, False), (1, t == 8)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                out = decode_wgmma_heads_m(i["q"], i["comp_cache"], comp, i["topk_idx"], i["win_cache"], win,
+                                           i["window_idx"], i["page_size"], i["sm_scale"], i["attn_sink"], splits,
+                                           win_page_size=i["win_page_size"])
+                why = verify_decode(comp, win, i, out)
+                assert why is None, (heads, t, splits, sink, why)
+                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
+    inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=16, win_page_size=8)
+    for splits in (0, 1, 2):
+        out = decode_wgmma_heads_m(inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win,
+                                   inp["window_idx"], 16, inp["sm_scale"], inp["attn_sink"], splits, win_page_size=8)
+        assert verify_decode(comp, win, inp, out) is None, splits
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

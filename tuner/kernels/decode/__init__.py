@@ -21,18 +21,19 @@ from typing import Any, Sequence
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.decode import (AUTO, DECODE_BUCKETS, DECODE_FORMATS, DECODE_PAGE_SIZE,  # noqa: F401
                                      ISSUE_PAIRS, MAX_HEADS, MAX_SPLITS, PDL_TARGETS, TEMPLATE, WGMMA_BLOCK_N,
-                                     WGMMA_FIXED, WGMMA_FORMATS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_ILLEGAL,
+                                     WGMMA_FIXED, WGMMA_FORMATS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS,
+                                     WGMMA_HM_WARPS, WGMMA_ILLEGAL,
                                      WGMMA_MERGE_BACKEND, WGMMA_WARPS,
                                      WGMMA_TEMPLATE, DecodeSpec, _fmt512, cfg_backends, decode_bytes, decode_key,
                                      default_config, has_e2m1, render_variant, render_wgmma, space, wgmma_config,
-                                     wgmma_heads, wgmma_legality, wgmma_reads)
+                                     wgmma_heads, wgmma_hm_reads, wgmma_legality, wgmma_reads)
 from catalog.formats import RecordFormat, get_format, page_bytes  # noqa: F401
 from tuner.kernels.base import KernelFamily, XCompileCase, sm_count  # noqa: F401
 from tuner.kernels.decode import xcompile
 from tuner.kernels.decode.inputs import TOL, make_decode_inputs, run_decode, verify_decode  # noqa: F401
 from tuner.kernels.decode.launch import (COMBINE_ELEMS, SplitPlan, _module, _partials, _wgmma_module,  # noqa: F401
-                                         combine_tile, decode, launch_combine, max_partials, resolve_splits,
-                                         split_plan, wgmma_plan, workspace_numel)
+                                         combine_tile, decode, decode_wgmma_heads_m, launch_combine, max_partials,
+                                         resolve_splits, split_plan, wgmma_plan, workspace_numel)
 from tuner.kernels.decode.xcompile import ARG_TYPES  # noqa: F401
 
 

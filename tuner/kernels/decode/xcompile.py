@@ -1,13 +1,14 @@
 """decode's cross-compile cases: decode_kernel per backend on the issue's record pairs and in its
-split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel, and the merge
-decode_combine. Each signature is its kernel's own parameter list (`tuner.kernels.signature`),
+split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel (and its staged
+heads-on-M build, decode_wgmma_hm_kernel), and the merge decode_combine. Each signature is its kernel's own parameter list (`tuner.kernels.signature`),
 typed by ARG_TYPES."""
 
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, WGMMA_HEADS_2WG, cfg_backends,
-                                     config_constexprs, default_config, render_variant, render_wgmma, wgmma_reads)
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS,
+                                     WGMMA_HM_WARPS, cfg_backends, config_constexprs, default_config, render_variant,
+                                     render_wgmma, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.decode.launch import combine_tile
@@ -57,6 +58,8 @@ def xcompile_cases() -> list[XCompileCase]:
             cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
     cases.append(wgmma_case(cf, wf, split=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
+    # The staged heads-on-M build (64 heads a program, two warpgroups) on the V4 record pair.
+    cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -77,17 +80,20 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
     )
 
 
-def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4) -> XCompileCase:
+def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
+               heads_on_m: bool = False) -> XCompileCase:
     rendered = render_wgmma(cf, wf)
+    name = "decode_wgmma_hm_kernel" if heads_on_m else "decode_wgmma_kernel"
     return XCompileCase(
         variant="wgmma",
         rendered=rendered,
-        kernel_name="decode_wgmma_kernel",
-        signature=kernel_signature(rendered, "decode_wgmma_kernel", ARG_TYPES),
+        kernel_name=name,
+        signature=kernel_signature(rendered, name, ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps},
         num_warps=warps,
         num_stages=1,
-        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else ""),
+        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
+        + (" heads on M" if heads_on_m else ""),
         aligned_ints=ALIGNED_INTS,
     )
 

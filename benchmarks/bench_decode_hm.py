@@ -1,0 +1,97 @@
+"""The wgmma path's staged heads-on-M build against its shipped builds, in one run (H200).
+
+`decode_wgmma_heads_m` (decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M, each tile read
+and dequantized once per 64 heads) beside the wgmma config with one and two warpgroups (16 or 32
+heads a program, each head group re-reading the tiles), on the fp8_584 pair (issue 28's V4
+record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
+bench_decode.py rotates them), CUDA-graph replay medians, each launch checked against the float64
+reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
+
+    python benchmarks/bench_decode_hm.py                      # on the H200
+    python benchmarks/bench_decode_hm.py --heads 64 --ts 64   # one cell
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_decode import PAGE, Shape, _pool, _sets, _time  # noqa: E402
+from benchmarks.common import provenance  # noqa: E402
+from catalog.families.decode import decode_bytes, default_config, wgmma_config  # noqa: E402
+from tuner.kernels.decode import decode, decode_wgmma_heads_m, verify_decode  # noqa: E402
+
+PAIR = ("fp8_584", "fp8_584")
+
+
+def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]]:
+    """Each build's launch on one input set, by label."""
+    base = wgmma_config(default_config(*pair))
+
+    def cfg_run(cfg: Any) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
+        return lambda s: decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1],
+                                s["window_idx"], PAGE, s["sm_scale"], s["attn_sink"], cfg, out=s["out"],
+                                workspace=s["workspace"])
+
+    def hm_run(splits: int) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
+        return lambda s: decode_wgmma_heads_m(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"],
+                                              pair[1], s["window_idx"], PAGE, s["sm_scale"], s["attn_sink"], splits)
+
+    return {"wgmma 1 warpgroup, splits auto": cfg_run(base), "wgmma 2 warpgroups, splits auto": cfg_run(base.replace(num_warps=8)),
+            "wgmma 2 warpgroups, splits 1": cfg_run(base.replace(num_warps=8, NUM_SPLITS=1)),
+            "heads on M, splits auto": hm_run(0), "heads on M, splits 1": hm_run(1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--heads", type=int, action="append", default=None, help="default: 16, 64, 128")
+    ap.add_argument("--ts", default="1,8,64")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    args = ap.parse_args()
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        print("bench_decode_hm runs on an sm_90 GPU only", file=sys.stderr)
+        return 2
+    prov = provenance()
+    l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
+    rows = []
+    for heads in args.heads or [16, 64, 128]:
+        shape = Shape(False, heads)
+        pools = {PAIR[0] + ":comp": _pool(PAIR[0], shape.comp_pool, "cuda", seed=1),
+                 PAIR[1] + ":win": _pool(PAIR[1], shape.win_pool, "cuda", seed=11)}
+        for t in [int(x) for x in args.ts.split(",")]:
+            n_sets = max(2, min(512, math.ceil(2 * l2 / decode_bytes(*PAIR, t, heads, shape.topk, shape.window))))
+            sets = _sets(pools, PAIR, shape, t, n_sets, "cuda", seed=100 + t)
+            for label, run in _runs(PAIR).items():
+                try:
+                    bad = verify_decode(PAIR[0], PAIR[1], sets[0], run(sets[0]))
+                except Exception as e:  # a build that fails to compile or launch is a row
+                    bad = f"{type(e).__name__}: {e}"[:300]
+                us = None if bad else _time(lambda run=run: [run(s) for s in sets], len(sets), True)
+                rows.append({"H": heads, "T": t, "build": label, "us": us, "error": bad})
+                print(f"  H={heads:<4d} T={t:<3d} {label:34s} " + (f"{us:8.2f} us" if us else f"FAIL {bad}"), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decode_hm_h200.json").write_text(json.dumps({"provenance": prov, "pair": "+".join(PAIR), "rows": rows},
+                                                        indent=1))
+    lines = ["# The wgmma path's heads-on-M build against its shipped builds (fp8_584 pair)", "",
+             f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
+             "top-k 512, window 128, page 64, sink on; records from DRAM (rotated input sets); CUDA-graph replay "
+             "medians; each build checked against the float64 reference before it is timed "
+             "(`benchmarks/bench_decode_hm.py`).", "", "| H | T | build | us |", "|---|---|---|---|"]
+    lines += [f"| {r['H']} | {r['T']} | {r['build']} | " + (f"{r['us']:.2f}" if r["us"] else f"failed: {r['error']}") + " |"
+              for r in rows]
+    (out / "decode_hm_h200.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'decode_hm_h200.md'}")
+    return 0 if all(r["us"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
