@@ -714,6 +714,21 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
     assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
 
 
+def test_wgmma_heads_on_m_refused_where_it_cannot_run(device: str) -> None:
+    # The staged build's entry: lists of one record format only, and an sm_90 GPU.
+    from tuner.kernels.decode import decode_wgmma_heads_m
+
+    inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 64, 40, 20, device, seed=3)
+    with pytest.raises(ValueError, match="one record format for both lists"):
+        decode_wgmma_heads_m(inp["q"], inp["comp_cache"], "nvfp4_288", inp["topk_idx"], inp["win_cache"], "fp8_528",
+                             inp["window_idx"], inp["page_size"], inp["sm_scale"])
+    if not _SM90:
+        inp = make_decode_inputs("fp8_584", "fp8_584", 2, 64, 40, 20, device, seed=3)
+        with pytest.raises(ValueError, match="wgmma"):
+            decode_wgmma_heads_m(inp["q"], inp["comp_cache"], "fp8_584", inp["topk_idx"], inp["win_cache"], "fp8_584",
+                                 inp["window_idx"], inp["page_size"], inp["sm_scale"])
+
+
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
 def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> None:
     # The staged heads-on-M build (decode_wgmma_hm_kernel: 64 heads a program, two warpgroups),
