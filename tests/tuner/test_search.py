@@ -360,7 +360,12 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
     wgmma = wgmma_config(sub.default())
     assert fam.seed_configs(key, "sm_90") == [wgmma]
     assert fam.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_100"), "sm_100") == []
-    assert fam.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == []  # records it cannot read
+    # The V4 record pair is seeded too (the wgmma path reads fp8_584); a pair it cannot read is not.
+    from catalog.families.decode import default_config as decode_default
+
+    assert fam.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == \
+        [wgmma_config(decode_default("fp8_584", "fp8_584"))]
+    assert fam.seed_configs(decode_key("fp8_528", "fp8_584", "sm_90"), "sm_90") == []  # no room for two lists' buffers
     b = Bucket("T", 1, 1)
     table = new_table(key, "decode", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())
     feasible = [c for c in sub.grid() if sub.infeasible(c) is None and fam.config_legality(c, "sm_90") is None]
