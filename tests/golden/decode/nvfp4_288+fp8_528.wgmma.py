@@ -137,23 +137,6 @@ def _e4m3_values(b, sb):
     return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))
 
 
-@gluon.jit
-def _bf16_scaled(x):
-    # bf16 pairs times 2**-E4M3_SHIFT (the packed FMA, -0.0 added; exact for |x| >= 2**-66): the
-    # bf16 dims of an fp8_584 tile in the unit of its e4m3 dims.
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 k, z;
-        mov.b32 k, 0x21802180;
-        mov.b32 z, 0x80008000;
-        fma.rn.bf16x2 $0, $1, k, z;
-        }""",
-        constraints="=r,r",
-        args=[x],
-        dtype=gl.bfloat16,
-        is_pure=True,
-        pack=2,
-    )
 
 
 @gluon.jit
