@@ -21,6 +21,7 @@ from tests.deploy.chaos import Killer, scratch_pg, terminate_all  # noqa: F401  
 from tuner.bench.protocol import Candidate, Measurement
 from tuner.bench.simulation import SimulatedRunner, synthetic_table
 from tuner.search import study_name, tune
+from tuner.study_storage import open_storage
 
 KEY = make_key("pack", "interp", formats=["fp8_528"])
 B = Bucket("N", 1, 4)
@@ -41,6 +42,12 @@ def test_a_tune_survives_its_connections_being_terminated(scratch_pg: str, table
             return super().evaluate(candidate)
 
     runner = Terminating(table)
+    # The schema exists before the connections start to drop, as a fleet's `kvtune db upgrade`
+    # makes it before any worker runs: creating Optuna's tables is dozens of DDL statements, and on
+    # a slow day of a 2-core machine no attempt of it finished between two kills 0.15 s apart (30
+    # attempts, 2026-12-02). What the test is about -- every storage call of a running tune, over
+    # pooled connections killed under it -- runs under the killer as before.
+    open_storage(scratch_pg)
     with Killer(scratch_pg, 0.15) as killer:  # and more of them at any moment, mid-query too
         res = tune(KEY, buckets=[B], trials=12, search="random", seed=3, storage=scratch_pg, runner=runner,
                    study_job=1)
