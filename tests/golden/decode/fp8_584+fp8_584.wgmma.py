@@ -424,8 +424,6 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
-
-
 @gluon.jit
 def decode_wgmma_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
@@ -530,6 +528,7 @@ def decode_wgmma_kernel(
     q_smem.index(1).store(_group_order(qv1, CHUNK))
     q_smem.index(2).store(_group_order(qv2, CHUNK))
     q_smem.index(3).store(_group_order(qv3, CHUNK))
+
 
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
@@ -646,7 +645,7 @@ def decode_wgmma_hm_kernel(
 
     kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)  # P[heads, keys]
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # The stage buffers (two tiles of raw records; see _comp_pass), the two lists' in turn: one
     # record format, and two lists' buffers of fp8_584 records would not fit beside the rest
@@ -690,6 +689,7 @@ def decode_wgmma_hm_kernel(
     q_smem.index(1).store(_group_order(qv1, CHUNK))
     q_smem.index(2).store(_group_order(qv2, CHUNK))
     q_smem.index(3).store(_group_order(qv3, CHUNK))
+
 
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_r = gl.zeros([HB, BLOCK_N], gl.float32, s_l)  # per-column sums of exp2 (see _attend)

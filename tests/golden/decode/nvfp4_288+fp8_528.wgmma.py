@@ -447,8 +447,6 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
-
-
 @gluon.jit
 def decode_wgmma_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
@@ -556,6 +554,7 @@ def decode_wgmma_kernel(
     q_smem.index(1).store(_group_order(qv1, CHUNK))
     q_smem.index(2).store(_group_order(qv2, CHUNK))
     q_smem.index(3).store(_group_order(qv3, CHUNK))
+
 
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
