@@ -30,7 +30,8 @@ from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, wr
 from catalog.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from catalog.codecs import e2m1_backend_legality  # noqa: E402
-from catalog.families.decode import ISSUE_PAIRS, MAX_SPLITS, WGMMA_WARPS, cfg_backends, decode_bytes, default_config, wgmma_config, wgmma_legality, wgmma_reads
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, WGMMA_WARPS, cfg_backends, decode_bytes,  # noqa: E402
+                                     default_config, is_wgmma, space, wgmma_config, wgmma_legality, wgmma_reads)
 from tuner.kernels.decode import FAMILY, decode, resolve_splits, max_partials, verify_decode, workspace_numel
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402
@@ -117,7 +118,7 @@ def _time(fn: Callable[[], Any], n_launch: int, gpu: bool) -> float:
     return (time.perf_counter() - t0) * 1e6 / n_launch
 
 
-def _picked(pair: tuple[str, str], picks: list[str]) -> list[Config]:
+def _picked(pair: tuple[str, str], picks: list[str], heads: int) -> list[Config]:
     """The default, then each `NAME=v,...` pick over it; a pair without e2m1 records has no backend
     axis, so a pick's backend is dropped there (the fp8_584 pair then times the same tile)."""
     d = default_config(*pair)
@@ -126,9 +127,10 @@ def _picked(pair: tuple[str, str], picks: list[str]) -> list[Config]:
     cfgs = [parse_cfg(t, d) for t in texts]
     # A wgmma pick runs as the path's config (its fixed parameters), on the pairs the path reads;
     # its warps are the pick's if it names them, else the path's seed's.
-    cfgs = [wgmma_config(c if "num_warps" in t else c.replace(num_warps=WGMMA_WARPS)) if c["MMA"] == "wgmma" else c
+    cfgs = [wgmma_config(c if "num_warps" in t else c.replace(num_warps=WGMMA_WARPS)) if is_wgmma(c) else c
             for c, t in zip(cfgs, texts)]
-    cfgs = [c for c in cfgs if c["MMA"] != "wgmma" or wgmma_reads(*pair)]
+    # (a pick the pair's space refuses, as the heads-on-M build of a mixed pair, is dropped)
+    cfgs = [c for c in cfgs if not is_wgmma(c) or space(*pair, heads).infeasible(c) is None]
     return list(dict.fromkeys([d] + cfgs))
 
 
@@ -139,7 +141,7 @@ def _sweep_configs(pair: tuple[str, str], structs: list[tuple], n_tok: int, shap
     winners combined, the default at half and twice its automatic split count, then the other
     tile structures. With `picks`: the default and those only."""
     if picks:
-        return _picked(pair, picks)
+        return _picked(pair, picks, shape.heads)
     d = default_config(*pair)
     auto = resolve_splits(d, n_tok, shape.topk, device)
     out = [d]

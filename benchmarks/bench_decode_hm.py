@@ -1,8 +1,8 @@
-"""The wgmma path's staged heads-on-M build against its shipped builds, in one run (H200).
+"""The wgmma path's two builds side by side, in one run (H200).
 
-`decode_wgmma_heads_m` (decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M, each tile read
-and dequantized once per 64 heads) beside the wgmma config with one and two warpgroups (16 or 32
-heads a program, each head group re-reading the tiles), on the fp8_584 pair (issue 28's V4
+Its heads-on-M build (`MMA=wgmma_hm`, decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M,
+each tile read and dequantized once per 64 heads) beside `MMA=wgmma` with one and two warpgroups
+(16 or 32 heads a program, each head group re-reading the tiles), on the fp8_584 pair (issue 28's V4
 record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
 bench_decode.py rotates them), CUDA-graph replay medians, each launch checked against the float64
 reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_decode import PAGE, Shape, _pool, _sets, _time  # noqa: E402
 from benchmarks.common import provenance  # noqa: E402
 from catalog.families.decode import decode_bytes, default_config, wgmma_config  # noqa: E402
-from tuner.kernels.decode import decode, decode_wgmma_heads_m, verify_decode  # noqa: E402
+from tuner.kernels.decode import decode, verify_decode  # noqa: E402
 
 PAIR = ("fp8_584", "fp8_584")
 
@@ -35,19 +35,16 @@ PAIR = ("fp8_584", "fp8_584")
 def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]]:
     """Each build's launch on one input set, by label."""
     base = wgmma_config(default_config(*pair))
+    hm = wgmma_config(base.replace(MMA="wgmma_hm"))
 
     def cfg_run(cfg: Any) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
         return lambda s: decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1],
                                 s["window_idx"], PAGE, s["sm_scale"], s["attn_sink"], cfg, out=s["out"],
                                 workspace=s["workspace"])
 
-    def hm_run(splits: int) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
-        return lambda s: decode_wgmma_heads_m(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"],
-                                              pair[1], s["window_idx"], PAGE, s["sm_scale"], s["attn_sink"], splits)
-
     return {"wgmma 1 warpgroup, splits auto": cfg_run(base), "wgmma 2 warpgroups, splits auto": cfg_run(base.replace(num_warps=8)),
             "wgmma 2 warpgroups, splits 1": cfg_run(base.replace(num_warps=8, NUM_SPLITS=1)),
-            "heads on M, splits auto": hm_run(0), "heads on M, splits 1": hm_run(1)}
+            "heads on M, splits auto": cfg_run(hm), "heads on M, splits 1": cfg_run(hm.replace(NUM_SPLITS=1))}
 
 
 def main() -> int:
@@ -81,7 +78,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "decode_hm_h200.json").write_text(json.dumps({"provenance": prov, "pair": "+".join(PAIR), "rows": rows},
                                                         indent=1))
-    lines = ["# The wgmma path's heads-on-M build against its shipped builds (fp8_584 pair)", "",
+    lines = ["# The wgmma path's heads-on-M build (MMA=wgmma_hm) beside MMA=wgmma (fp8_584 pair)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
              "top-k 512, window 128, page 64, sink on; records from DRAM (rotated input sets); CUDA-graph replay "
              "medians; each build checked against the float64 reference before it is timed "

@@ -25,8 +25,8 @@ FLASHMLA = {64: {1: 11.9, 8: 14.4, 64: 40.5}, 128: {1: 12.0, 8: 15.3, 64: 29.5}}
 
 
 def _label(cfg: dict[str, Any]) -> str:
-    if cfg["MMA"] == "wgmma":
-        wg = "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup"
+    if cfg["MMA"] in ("wgmma", "wgmma_hm"):
+        wg = "heads on M" if cfg["MMA"] == "wgmma_hm" else "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup"
         splits = cfg["NUM_SPLITS"] or "auto"
         return f"wgmma, {wg}, splits {splits}"
     keep = ("BLOCK_N", "LISTS", "PREFETCH", "num_warps", "backend")
@@ -68,12 +68,12 @@ def table(runs: dict[int, dict[str, Any]]) -> str:
             best = {t: min(rows[t], key=lambda r: r["us"]) for t in TS if rows.get(t)}
             out.append(f"| kvtune default config | {pair_name.replace('+', ' + ')} | {h} | "
                        + " | ".join(f"{default[t]['us']:.1f}" if t in default else "-" for t in TS) + " |")
-            for warps in (4, 8):
-                wg = {t: min((r for r in rows.get(t, []) if r["config"]["MMA"] == "wgmma"
+            for mma, warps, name in (("wgmma", 4, "1 warpgroup"), ("wgmma", 8, "2 warpgroups"),
+                                     ("wgmma_hm", 8, "heads on M")):
+                wg = {t: min((r for r in rows.get(t, []) if r["config"]["MMA"] == mma
                               and r["config"]["num_warps"] == warps), key=lambda r: r["us"], default=None) for t in TS}
                 if any(wg.values()):
-                    out.append(f"| kvtune wgmma, {warps // 4} warpgroup{'s' if warps == 8 else ''} | "
-                               f"{pair_name.replace('+', ' + ')} | {h} | "
+                    out.append(f"| kvtune wgmma, {name} | {pair_name.replace('+', ' + ')} | {h} | "
                                + " | ".join(f"{wg[t]['us']:.1f}" if wg[t] else "-" for t in TS) + " |")
             out.append(f"| kvtune best timed | {pair_name.replace('+', ' + ')} | {h} | "
                        + " | ".join(f"{best[t]['us']:.1f}" if t in best else "-" for t in TS) + " |")

@@ -10,7 +10,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "" --cfg "MMA=keys_m"
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "" --cfg "BLOCK_N=64,MMA=keys_m"
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "MMA=wgmma" --loop   # the Gluon kernel
-    python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma" --heads-on-m   # its 64-head build
+    python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hm"   # its 64-head build
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
 """
 
@@ -43,18 +43,16 @@ _BY_LENGTH = sorted(CLASSES.items(), key=lambda kv: -len(kv[0]))
 LOOP_TOP = 8  # the most frequent instructions of the main loop, with --loop
 
 
-def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str,
-              heads_on_m: bool = False) -> list[tuple[str, XCompileCase]]:
-    """The kernels one launch of the config runs, named (decode LISTS=separate: one per list;
-    `heads_on_m`: the wgmma path's staged 64-head build instead of the config's)."""
+def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[tuple[str, XCompileCase]]:
+    """The kernels one launch of the config runs, named (decode LISTS=separate: one per list)."""
     if kernel == "decode":
         import tuner.kernels.decode as D
 
         cfg = parse_cfg(text, D.default_config(*formats))
         fmts = [D.get_format(f) for f in formats]
-        if heads_on_m:
-            return [(f"{text} heads on M", D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS,
-                                                                warps=D.WGMMA_HM_WARPS, heads_on_m=True))]
+        if cfg["MMA"] == "wgmma_hm":  # the heads-on-M build: 64 heads, two warpgroups
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HM_WARPS,
+                                                heads_on_m=True))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
             # One warpgroup unless the text asks for num_warps=8 (two, at their 32 heads).
             warps = int(cfg["num_warps"]) if "num_warps" in text else D.WGMMA_WARPS
@@ -96,8 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cfg", action="append", default=None, help="NAME=v,... over the default (repeatable)")
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--loop", action="store_true", help="also list the main loop's most frequent instructions")
-    ap.add_argument("--heads-on-m", action="store_true",
-                    help="decode: the wgmma path's staged heads-on-M build (64 heads, 8 warps)")
     args = ap.parse_args(argv)
     # sass: the whole kernel; loop: its outermost loop's body (per tile; see common.main_loop).
     cols = ["registers", "spills", "shared_bytes", "sass", "loop"] + sorted(set(CLASSES.values()))
@@ -105,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---|" * len(cols))
     loops: list[str] = []
     for text in args.cfg or [""]:
-        for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text, args.heads_on_m):
+        for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text):
             try:
                 p = profile(case, args.target)
             except Exception as e:  # a variant that does not compile is a row, not a crash

@@ -31,6 +31,10 @@ WGMMA_BLOCK_N = 64  # keys a tile: one warpgroup MMA's rows
 WGMMA_HEADS = 16
 WGMMA_HEADS_2WG = 32
 WGMMA_WARPS = 4  # the path's seed: one warpgroup (measured at the seed shape, 16 heads)
+# The heads-on-M build (MMA=wgmma_hm, decode_wgmma_hm_kernel): 64 heads a program on the MMAs' M,
+# two warpgroups splitting S's keys and O's dims, each tile read and dequantized once per 64 heads.
+WGMMA_HM_HEADS = 64
+WGMMA_HM_WARPS = 8
 
 # The Triton module whose decode_combine merges the wgmma path's splits (every backend renders the
 # same decode_combine).
@@ -41,6 +45,18 @@ WGMMA_MERGE_BACKEND = "soft"
 # another name.
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
                                "PREFETCH": 0, "num_stages": 1}
+
+# The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N)
+# and "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized
+# once per 64 heads; two warpgroups; lists of one record format: `wgmma_hm_reads`). One template
+# renders both kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm")
+
+
+def is_wgmma(cfg: Config) -> bool:
+    """Whether `cfg` runs on the wgmma path (either of its builds)."""
+    return cfg.get("MMA") in WGMMA_MMAS
+
 
 WGMMA_ILLEGAL: dict[str, str] = {
     "interp": "a Gluon kernel: Triton's interpreter does not run Gluon",
@@ -110,11 +126,13 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
         raise ValueError(f"{heads} heads run on the wgmma path only, which reads {list(WGMMA_FORMATS)} records")
 
     def _fits(c: Config) -> str | None:
-        if wide and c["MMA"] != "wgmma":
-            return f"the Triton tile takes at most {MAX_HEADS} heads ({heads} here): MMA=wgmma"
-        if c["MMA"] == "wgmma":
+        if wide and not is_wgmma(c):
+            return f"the Triton tile takes at most {MAX_HEADS} heads ({heads} here): MMA=wgmma or wgmma_hm"
+        if is_wgmma(c):
             if not wgmma_reads(comp_fmt, win_fmt):
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
+            if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
+                return "the heads-on-M build reads lists of one record format (a 64-head query beside two lists' buffers would not fit)"
             want = wgmma_config(c)
             off = [k for k, v in want.as_dict().items() if c[k] != v]
             return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
@@ -152,8 +170,10 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             Param("COMBINE", ("kernel", "fused"), "kernel"),
             Param("DOT", ("bf16", "fp32"), "bf16"),
             # keys_m puts the keys on tl.dot's M side; wgmma is the Gluon kernel of sm_90 (keys on
-            # M, query and P from shared memory, async warpgroup MMAs; WGMMA_FIXED).
-            Param("MMA", ("heads_m", "keys_m", "wgmma"), "wgmma" if wide else "heads_m"),
+            # M, query and P from shared memory, async warpgroup MMAs; WGMMA_FIXED), wgmma_hm its
+            # heads-on-M build (64 heads a program: ahead where many heads share each tile, as 128
+            # heads at T=64 on the H200: benchmarks/results/decode_hm_h200.md).
+            Param("MMA", ("heads_m", "keys_m") + WGMMA_MMAS, "wgmma" if wide else "heads_m"),
             # 1: each block's slots and records are loaded one block early, before the previous
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
             # does not pipeline loads whose addresses come from other loads).
@@ -192,12 +212,14 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 
 
 def wgmma_config(cfg: Config) -> Config:
-    """`cfg` on the wgmma path: MMA=wgmma with the parameters the path fixes (WGMMA_FIXED; the
-    backend axis at its default, "soft": the kernel's e2m1 lookups are its own). It keeps its
-    split count (NUM_SPLITS, see `wgmma_plan`) and, if it is already a wgmma config, its warps
-    (4 or 8: one warpgroup or two); another config comes onto the path with the seed's 4."""
-    warps = cfg["num_warps"] if cfg.get("MMA") == "wgmma" else WGMMA_WARPS
-    return cfg.replace(MMA="wgmma", backend="soft", num_warps=warps, **WGMMA_FIXED)
+    """`cfg` on the wgmma path: its build (MMA=wgmma, or wgmma_hm if it is one already) with the
+    parameters the path fixes (WGMMA_FIXED; the backend axis at its default, "soft": the kernel's
+    e2m1 lookups are its own). It keeps its split count (NUM_SPLITS, see `wgmma_plan`) and, if it
+    is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
+    WGMMA_HM_WARPS); another config comes onto the path with the seed's 4."""
+    mma = cfg["MMA"] if is_wgmma(cfg) else "wgmma"
+    warps = WGMMA_HM_WARPS if mma == "wgmma_hm" else cfg["num_warps"] if is_wgmma(cfg) else WGMMA_WARPS
+    return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
 
 
 # The most shared memory a block may opt into on sm_90 (227 KiB; cudaDevAttrMaxSharedMemoryPerBlockOptin).
@@ -230,14 +252,6 @@ def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: 
             wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HEADS_2WG) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX:
         return WGMMA_HEADS_2WG
     return WGMMA_HEADS
-
-
-# The heads-on-M build of the wgmma path (decode_wgmma_hm_kernel): 64 heads a program on the MMAs'
-# M, two warpgroups splitting S's keys and O's dims, each tile read and dequantized once per 64
-# heads. Staged: not in `space` until it has run on an H200 (tuner.kernels.decode.decode_wgmma_heads_m
-# reaches it, for its GPU test and benchmarks/bench_decode_hm.py).
-WGMMA_HM_HEADS = 64
-WGMMA_HM_WARPS = 8
 
 
 def wgmma_hm_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
@@ -314,7 +328,7 @@ class DecodeSpec(FamilySpec):
         return e2m1_backend_legality(variant, target)
 
     def variant_of(self, config: Config) -> str:
-        return "wgmma" if config.get("MMA") == "wgmma" else str(config["backend"])
+        return "wgmma" if is_wgmma(config) else str(config["backend"])
 
     def space(self, key: ProblemKey) -> Space:
         return space(*key.formats, heads=key.heads)
@@ -322,29 +336,34 @@ class DecodeSpec(FamilySpec):
     def canonical_config(self, key: ProblemKey, config: Config) -> Config:
         """A wgmma sample runs with the parameters the path fixes (`wgmma_config`), whatever it drew
         for them: otherwise a search would almost never draw the one feasible combination."""
-        return wgmma_config(config) if config.get("MMA") == "wgmma" else config
+        return wgmma_config(config) if is_wgmma(config) else config
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second
-        (and, above 16 heads, its two-warpgroup build third), since a few TPE trials may not draw
-        it (8 trials of a T=1 tune did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
+        (and, above 16 heads, its two-warpgroup build third; above 32, where it reads the pair, the
+        heads-on-M build fourth), since a few TPE trials may not draw it (8 trials of a T=1 tune
+        did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))
         # More heads than one warpgroup's 16: two warpgroups of 32 heads as well.
-        return [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
+        seeds = [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
+        # More than a two-warpgroup program's 32: 64 heads a program on M.
+        if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
+            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
+        return seeds
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(DECODE_BUCKETS)
 
     def render(self, key: ProblemKey, config: Config) -> R.Rendered:
-        if config.get("MMA") == "wgmma":
+        if is_wgmma(config):
             return render_wgmma(key.formats[0], key.formats[1])
         return render_variant(key.formats[0], key.formats[1], config["backend"])
 
     def modules(self, key: ProblemKey, config: Config) -> list[R.Rendered]:
         """The wgmma kernel's module and the Triton module whose decode_combine merges its splits."""
-        if config.get("MMA") == "wgmma":
+        if is_wgmma(config):
             return [render_wgmma(*key.formats), render_variant(*key.formats, WGMMA_MERGE_BACKEND)]
         return [self.render(key, config)]
 

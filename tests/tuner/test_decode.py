@@ -714,23 +714,40 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
     assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
 
 
-def test_wgmma_heads_on_m_refused_where_it_cannot_run(device: str) -> None:
-    # The staged build's entry: lists of one record format only, and an sm_90 GPU.
-    from tuner.kernels.decode import decode_wgmma_heads_m
+def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
+    # MMA=wgmma_hm: lists of one record format only, two warpgroups, the path's fixed parameters;
+    # the tuner seeds it past 32 heads where it reads the pair; a launch refuses it elsewhere, and
+    # off sm_90.
+    from catalog.families.decode import SPEC, WGMMA_HM_WARPS, decode_key
+
+    hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hm"))
+    assert hm["MMA"] == "wgmma_hm" and hm["num_warps"] == WGMMA_HM_WARPS and hm["BLOCK_N"] == 64
+    assert wgmma_config(hm.replace(num_warps=4)) == hm  # the build's warps are fixed
+    for heads in (16, 64, 128):
+        assert space("fp8_584", "fp8_584", heads).infeasible(hm) is None
+        assert "one record format" in space("nvfp4_288", "fp8_528", heads).infeasible(hm.replace(MMA="wgmma_hm"))
+    assert "num_warps=8" in space("fp8_584", "fp8_584").infeasible(hm.replace(num_warps=4))
+    assert SPEC.canonical_config(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm.replace(num_warps=4)) == hm
+    assert SPEC.variant_of(hm) == "wgmma" and SPEC.render(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm).source
+    seeds = {h: [c["MMA"] for c in SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90", h), "sm_90")]
+             for h in (16, 32, 64, 128)}
+    assert seeds == {16: ["wgmma"], 32: ["wgmma", "wgmma"], 64: ["wgmma", "wgmma", "wgmma_hm"],
+                     128: ["wgmma", "wgmma", "wgmma_hm"]}
+    assert "wgmma_hm" not in [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64),
+                                                                   "sm_90")]
+    assert SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "gfx950", 64), "gfx950") == []
 
     inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 64, 40, 20, device, seed=3)
-    with pytest.raises(ValueError, match="one record format for both lists"):
-        decode_wgmma_heads_m(inp["q"], inp["comp_cache"], "nvfp4_288", inp["topk_idx"], inp["win_cache"], "fp8_528",
-                             inp["window_idx"], inp["page_size"], inp["sm_scale"])
+    with pytest.raises(ValueError, match="one record format"):
+        run_decode("nvfp4_288", "fp8_528", hm, inp)
     if not _SM90:
         inp = make_decode_inputs("fp8_584", "fp8_584", 2, 64, 40, 20, device, seed=3)
         with pytest.raises(ValueError, match="wgmma"):
-            decode_wgmma_heads_m(inp["q"], inp["comp_cache"], "fp8_584", inp["topk_idx"], inp["win_cache"], "fp8_584",
-                                 inp["window_idx"], inp["page_size"], inp["sm_scale"])
+            run_decode("fp8_584", "fp8_584", hm, inp)
 
 
 def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill() -> None:
-    # The staged heads-on-M build (decode_wgmma_hm_kernel: 64 heads a program, two warpgroups),
+    # The heads-on-M build (decode_wgmma_hm_kernel: 64 heads a program, two warpgroups),
     # compiled on the CPU for sm_90 as test_wgmma_kernel_fits_sm90... does: within the registers
     # and the opt-in shared memory, as `wgmma_hm_shared_bytes` predicts it, records by cp.async.
     # The V4 record pair (the fp8_528 pair's build: 243 registers, 207 KB, no spills; static, 2026-12-02).
@@ -740,11 +757,11 @@ def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill() -> None:
     assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("nvfp4_288", "fp8_528")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
-    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma",
-                          "--heads-on-m"], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma_hm"],
+                         env=env, capture_output=True, text=True, check=True).stdout
     rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
     got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
-    assert got["config"] == "MMA=wgmma heads on M", out
+    assert got["config"] == "MMA=wgmma_hm", out
     assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
     predicted = wgmma_hm_shared_bytes(*pair)
     assert predicted <= int(got["shared_bytes"]) <= predicted + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, (predicted, out)
@@ -787,13 +804,12 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
 def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
-    """The staged heads-on-M build (decode_wgmma_heads_m) at 16, 24, 64 and 128 heads (one group of
-    64 padded, and two), T = 1, 8, 64, one program a token and several, with and without sink, a
-    token whose lists are all -1; then an odd shape with pages of 16 and 8. Outputs checked against
-    the float64 reference."""
-    from tuner.kernels.decode import decode_wgmma_heads_m
-
+    """The heads-on-M build (MMA=wgmma_hm) at 16, 24, 64 and 128 heads (one group of 64 padded,
+    and two), T = 1, 8, 64, one program a token and several, with and without sink, a token whose
+    lists are all -1; then an odd shape with pages of 16 and 8. Outputs checked against the
+    float64 reference."""
     comp, win = pair
+    hm = wgmma_config(default_config(comp, win).replace(MMA="wgmma_hm"))
     for heads in (16, 24, 64, 128):
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
@@ -801,17 +817,15 @@ def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str]) -> No
             inp["window_idx"][t // 2] = -1
             for splits, sink in ((0, True), (4, False), (1, t == 8)):
                 i = inp if sink else {**inp, "attn_sink": None}
-                out = decode_wgmma_heads_m(i["q"], i["comp_cache"], comp, i["topk_idx"], i["win_cache"], win,
-                                           i["window_idx"], i["page_size"], i["sm_scale"], i["attn_sink"], splits,
-                                           win_page_size=i["win_page_size"])
+                _poison(i)
+                out = run_decode(comp, win, hm.replace(NUM_SPLITS=splits), i)
                 why = verify_decode(comp, win, i, out)
                 assert why is None, (heads, t, splits, sink, why)
                 assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
     inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=16, win_page_size=8)
     for splits in (0, 1, 2):
-        out = decode_wgmma_heads_m(inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win,
-                                   inp["window_idx"], 16, inp["sm_scale"], inp["attn_sink"], splits, win_page_size=8)
-        assert verify_decode(comp, win, inp, out) is None, splits
+        _poison(inp)
+        assert verify_decode(comp, win, inp, run_decode(comp, win, hm.replace(NUM_SPLITS=splits), inp)) is None, splits
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

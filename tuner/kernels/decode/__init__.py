@@ -32,7 +32,7 @@ from tuner.kernels.base import KernelFamily, XCompileCase, sm_count  # noqa: F40
 from tuner.kernels.decode import xcompile
 from tuner.kernels.decode.inputs import TOL, make_decode_inputs, run_decode, verify_decode  # noqa: F401
 from tuner.kernels.decode.launch import (COMBINE_ELEMS, SplitPlan, _module, _partials, _wgmma_module,  # noqa: F401
-                                         combine_tile, decode, decode_wgmma_heads_m, launch_combine, max_partials,
+                                         combine_tile, decode, launch_combine, max_partials,
                                          resolve_splits, split_plan, wgmma_plan, workspace_numel)
 from tuner.kernels.decode.xcompile import ARG_TYPES  # noqa: F401
 

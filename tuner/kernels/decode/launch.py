@@ -1,6 +1,6 @@
 """The decode launcher: argument checks, how a token's programs cover its two key lists (the split
-plan), and the launches of decode_kernel, the wgmma path's decode_wgmma_kernel and the merge,
-decode_combine. Inputs, verification and cross-compile cases live beside it (`inputs`, `xcompile`).
+plan), and the launches of decode_kernel, the wgmma path's decode_wgmma_kernel (or its heads-on-M
+build, decode_wgmma_hm_kernel) and the merge, decode_combine. Inputs, verification and cross-compile cases live beside it (`inputs`, `xcompile`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import triton
 
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
-from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_WARPS,
-                                     WGMMA_ILLEGAL, WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs,
-                                     has_e2m1, render_variant, render_wgmma, space, wgmma_config, wgmma_heads,
-                                     wgmma_hm_reads, wgmma_legality)
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_ILLEGAL,
+                                     WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, has_e2m1,
+                                     is_wgmma, render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -289,7 +288,7 @@ def decode(
     _check_counters(counters, n_tok, q.device)
     if n_tok == 0:
         return o, lse
-    if cfg["MMA"] == "wgmma":
+    if is_wgmma(cfg):
         topk_idx, window_idx = _masked(topk_idx, topk_lens, seq_tokens), _masked(window_idx, window_lens, seq_tokens)
         _decode_wgmma(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink, cfg,
                       o, lse, workspace)
@@ -382,10 +381,10 @@ def _pow2_shift(n: int) -> int:
 def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
                   win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
                   sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
-                  workspace: torch.Tensor | None, counters: torch.Tensor | None = None,
-                  heads_on_m: bool = False) -> None:
-    """`decode` on the wgmma path (arguments already checked there; it takes no counters);
-    `heads_on_m`: its 64-heads-a-program build (see decode_wgmma_heads_m)."""
+                  workspace: torch.Tensor | None, counters: torch.Tensor | None = None) -> None:
+    """`decode` on the wgmma path (arguments already checked there; it takes no counters): the
+    build the config names (MMA=wgmma: HB = 16 or 32 heads a program on the MMAs' N; wgmma_hm:
+    64 heads a program on their M)."""
     if q.device.type != "cuda" or interpreting():
         raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
                          + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
@@ -393,6 +392,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if illegal:
         raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
     n_tok, heads = q.shape[0], q.shape[1]
+    heads_on_m = cfg["MMA"] == "wgmma_hm"
     hb = WGMMA_HM_HEADS if heads_on_m else wgmma_heads(cfg, heads, cf, wf)
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
@@ -414,31 +414,6 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         # after its key loop (sm_90 has PDL).
         launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
                        attn_sink is not None, pdl=True)
-
-
-def decode_wgmma_heads_m(q: torch.Tensor, comp_cache: torch.Tensor, comp_fmt: str | RecordFormat,
-                         topk_idx: torch.Tensor, win_cache: torch.Tensor, win_fmt: str | RecordFormat,
-                         window_idx: torch.Tensor, page_size: int, sm_scale: float,
-                         attn_sink: torch.Tensor | None = None, num_splits: int = AUTO,
-                         win_page_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`decode` (no list lengths, outputs allocated) by the wgmma path's heads-on-M build: 64 heads
-    a program on the MMAs' M (groups of 64 over grid axis 2), so a tile's records are read and
-    dequantized once per 64 heads, not once per 16 or 32. sm_90, lists of one record format
-    (`wgmma_hm_reads`). Staged: compiled in the cross-compile table, but not in the decode space
-    (no key or tune reaches it) until its GPU test and benchmarks/bench_decode_hm.py have run."""
-    cf, wf = get_format(comp_fmt), get_format(win_fmt)
-    if not wgmma_hm_reads(cf, wf):
-        raise ValueError(f"the heads-on-M build reads one record format for both lists within sm_90's shared "
-                         f"memory, not {cf.name} + {wf.name}")
-    wps = win_page_size or page_size
-    n_tok, heads = _check_inputs(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale,
-                                 attn_sink)
-    o, lse = _outputs(None, n_tok, heads, q.device)
-    if n_tok:
-        cfg = wgmma_config(space(cf, wf).default()).replace(NUM_SPLITS=num_splits, num_warps=WGMMA_HM_WARPS)
-        _decode_wgmma(q, comp_cache, cf, topk_idx, win_cache, wf, window_idx, page_size, wps, sm_scale, attn_sink,
-                      cfg, o, lse, None, heads_on_m=True)
-    return o, lse
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
