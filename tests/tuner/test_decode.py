@@ -302,7 +302,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         assert ("soft", "nvfp4_288+fp8_528 split8 prefetch", t) in seen and ("soft", "fp8_584+fp8_584 prefetch", t) in seen
         for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "fp8_584+fp8_584", "nvfp4_288+fp8_528 split"):
             assert ("wgmma", pair, t) in seen
-        assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", t) in seen  # the staged build
+        assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", t) in seen  # MMA=wgmma_hm
         assert ("soft", "combine pdl", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]

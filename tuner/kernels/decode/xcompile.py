@@ -1,7 +1,7 @@
 """decode's cross-compile cases: decode_kernel per backend on the issue's record pairs and in its
-split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel (and its staged
-heads-on-M build, decode_wgmma_hm_kernel), and the merge decode_combine. Each signature is its kernel's own parameter list (`tuner.kernels.signature`),
-typed by ARG_TYPES."""
+split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel (and its
+heads-on-M build, decode_wgmma_hm_kernel), and the merge decode_combine. Each signature is its
+kernel's own parameter list (`tuner.kernels.signature`), typed by ARG_TYPES."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def xcompile_cases() -> list[XCompileCase]:
             cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
     cases.append(wgmma_case(cf, wf, split=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
-    # The staged heads-on-M build (64 heads a program, two warpgroups) on the V4 record pair.
+    # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on the V4 record pair.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
