@@ -132,7 +132,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             if not wgmma_reads(comp_fmt, win_fmt):
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
             if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
-                return "the heads-on-M build reads lists of one record format (a 64-head query beside two lists' buffers would not fit)"
+                return ("the heads-on-M build reads lists of one record format (a 64-head query beside two "
+                        "lists' stage buffers would not fit)")
             want = wgmma_config(c)
             off = [k for k, v in want.as_dict().items() if c[k] != v]
             return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None

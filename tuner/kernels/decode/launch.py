@@ -1,6 +1,7 @@
 """The decode launcher: argument checks, how a token's programs cover its two key lists (the split
 plan), and the launches of decode_kernel, the wgmma path's decode_wgmma_kernel (or its heads-on-M
-build, decode_wgmma_hm_kernel) and the merge, decode_combine. Inputs, verification and cross-compile cases live beside it (`inputs`, `xcompile`).
+build, decode_wgmma_hm_kernel) and the merge, decode_combine. Inputs, verification and
+cross-compile cases live beside it (`inputs`, `xcompile`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_ILLEGAL,
                                      WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, has_e2m1,
                                      is_wgmma, render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
-from catalog.formats import RecordFormat, get_format, page_bytes
+from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
 from tuner.targets import detect, interpreting
