@@ -167,14 +167,6 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     for c in gl.static_range(1, 4):
         s = warpgroup_mma(kv_smem.index(z + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
-    return _attend_pv(kv_smem, p_smem, z, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT, o_l)
-
-
-@gluon.jit
-def _attend_pv(kv_smem, p_smem, zk, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-               o_l: gl.constexpr):
-    # The rest of _attend, from the tile's scores S^T (MMA 1's result, waited for) on; the tile's
-    # chunks are kv_smem[zk .. zk + 3] (z: zero, as _attend's).
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
     # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 2**E4M3_SHIFT for
@@ -194,10 +186,10 @@ def _attend_pv(kv_smem, p_smem, zk, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale
     # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
-    o0 = warpgroup_mma(kv_smem.index(zk).permute((1, 0)), pT, o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(kv_smem.index(zk + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(kv_smem.index(zk + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(kv_smem.index(zk + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(kv_smem.index(z).permute((1, 0)), pT, o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(kv_smem.index(z + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(kv_smem.index(z + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(kv_smem.index(z + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -344,18 +336,6 @@ def _comp_tail_store(rows, srows, u, dst):
 
 
 @gluon.jit
-def _comp_dequant(rows, srows, u, kv_smem, zb, L3: gl.constexpr):
-    # The tile in stage buffer u into the four K chunks kv_smem[zb .. zb + 3] (bf16, exactly).
-    b, sb = _comp_take(rows, srows, u, 0, L3)
-    kv_smem.index(zb + 0).store(_comp_chunk(b, sb, L3))
-    b, sb = _comp_take(rows, srows, u, 1, L3)
-    kv_smem.index(zb + 1).store(_comp_chunk(b, sb, L3))
-    b, sb = _comp_take(rows, srows, u, 2, L3)
-    kv_smem.index(zb + 2).store(_comp_chunk(b, sb, L3))
-    _comp_tail_store(rows, srows, u, kv_smem.index(zb + 3))
-
-
-@gluon.jit
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
@@ -386,7 +366,13 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         # This tile's records are in (every thread's copies), and every warp is done with the
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        _comp_dequant(rows, srows, u, kv_smem, z, L3)
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        _comp_tail_store(rows, srows, u, kv_smem.index(z + 3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
@@ -425,68 +411,17 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         # This tile's records are in (every thread's copies), and every warp is done with the
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        _comp_dequant(rows, srows, u, kv_smem, z, L3)
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        _comp_tail_store(rows, srows, u, kv_smem.index(z + 3))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
-    return m_i, l_r, o0, o1, o2, o3
-
-
-@gluon.jit
-def _comp_pipe_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
-        p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, m_i, l_r, o0, o1, o2,
-        o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr,
-        SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
-    # _comp_pass with the next tile's dequantization beside this tile's MMAs (PIPE): two sets
-    # of K chunks (kv_smem[4u .. 4u + 3], u the tile's stage buffer too); while MMA 1 of tile t
-    # runs on the tensor cores, the warps convert tile t + 1 into the other set, so one warp a
-    # scheduler has independent instructions to issue while it would wait on the MMA, the shared
-    # loads and the conversions' latencies. Records travel two tiles ahead: tile t + 2 is issued
-    # into the stage buffer tile t left (dequantized during tile t - 1), its slots a tile before.
-    lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kl)
-    if t0 < t1:  # (a list with no tiles in this program's share issues nothing)
-        # The first tile (on its way into stage buffer u0) into K set u0, while the second travels.
-        z = t0 >> 31  # zero, not a constant to the compiler (see _comp_pass)
-        if t0 + 1 < t1:
-            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u0 ^ 1, SHIFT)
-        elif nxt_tiles > 0:
-            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, rows, srows, u0 ^ 1, NXT_SHIFT)
-        async_copy.commit_group()
-        async_copy.wait_group(1)
-        gl.thread_barrier()
-        _comp_dequant(rows, srows, u0, kv_smem, z + 4 * u0, L3)
-    for t in range(t0, t1):
-        z = t >> 31
-        u = (t - t0 + u0) & 1
-        zb = z + 4 * u
-        # Tile t's chunks are stored (every warp's), and every warp is done with tile t - 1's MMAs
-        # and with the stage buffer refilled below.
-        fence_async_shared()
-        gl.thread_barrier()
-        s = warpgroup_mma(kv_smem.index(zb), q_smem.index(z).permute((1, 0)),
-                          gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
-        for c in gl.static_range(1, 4):
-            s = warpgroup_mma(kv_smem.index(zb + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
-        if t + 1 < t1:
-            if t + 2 < t1:
-                _comp_issue(cache_ptr, slot_nn, page_size, page_bytes, rows, srows, u, SHIFT)
-            elif nxt_tiles > 0:
-                _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, rows, srows, u, NXT_SHIFT)
-            async_copy.commit_group()
-            slot_3 = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
-            async_copy.wait_group(1)  # tile t + 1's records (every thread's copies, after the barrier)
-            gl.thread_barrier()
-            _comp_dequant(rows, srows, u ^ 1, kv_smem, zb ^ 4, L3)
-        else:
-            slot_3 = slot_nn
-        s = warpgroup_mma_wait(0, deps=(s,))
-        m_i, l_r, o0, o1, o2, o3 = _attend_pv(kv_smem, p_smem, zb, z, slot >= 0, s, m_i, l_r, o0, o1, o2, o3,
-                                              scale_log2, 2.0 ** E4M3_SHIFT, o_l)
-        slot = slot_n
-        slot_n = slot_nn
-        slot_nn = slot_3
     return m_i, l_r, o0, o1, o2, o3
 
 @gluon.jit
@@ -533,10 +468,6 @@ def decode_wgmma_kernel(
     hl: gl.constexpr = gl.SliceLayout(0, s_l)  # a head per column of S^T
     cL: gl.constexpr = _comp_l3(num_warps)
     q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    # Lists of one record format at 16 heads a program: two sets of K chunks, the next tile
-    # dequantized beside this one's MMAs (_comp_pipe_pass); 32 heads' query leaves no room for them.
-    PIPE: gl.constexpr = HB == 16
-    KV_SETS: gl.constexpr = 1 + PIPE
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
@@ -552,7 +483,7 @@ def decode_wgmma_kernel(
     widx_row = widx_ptr + t64 * stride_wt
 
     kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4 * KV_SETS, BLOCK_N, CHUNK], kv_sl)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # The stage buffers (two tiles of raw records; see _comp_pass), the two lists' in turn: one
@@ -608,27 +539,16 @@ def decode_wgmma_kernel(
     fence_async_shared()
 
     # The compressed list's tiles of this program's share, then the window list's.
-    if PIPE:
-        m_i, l_r, o0, o1, o2, o3 = _comp_pipe_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
-                                                   comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0,
-                                                   win_ptr, w_slot, win_page_size, win_page_bytes, w1 - w0, m_i, l_r,
-                                                   o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
-        m_i, l_r, o0, o1, o2, o3 = _comp_pipe_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
-                                                   win_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows,
-                                                   gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
-                                                   win_page_bytes, 0, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL,
-                                                   s_l, o_l, WIN_SHIFT, WIN_SHIFT)
-    else:
-        m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
-                                              comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0, win_ptr,
-                                              w_slot, win_page_size, win_page_bytes, w1 - w0, m_i, l_r, o0, o1, o2,
-                                              o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
-        # The window list's first tile went into the buffer after the compressed list's last.
-        m_i, l_r, o0, o1, o2, o3 = _comp_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
-                                              win_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows,
-                                              gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
-                                              win_page_bytes, 0, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL, s_l,
-                                              o_l, WIN_SHIFT, WIN_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
+                                          comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0, win_ptr,
+                                          w_slot, win_page_size, win_page_bytes, w1 - w0, m_i, l_r, o0, o1, o2, o3,
+                                          scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
+    # The window list's first tile went into the buffer after the compressed list's last.
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
+                                          win_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows,
+                                          gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
+                                          win_page_bytes, 0, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l,
+                                          WIN_SHIFT, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
@@ -709,7 +629,6 @@ def decode_wgmma_hm_kernel(
     hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
     cL: gl.constexpr = _comp_l3(num_warps)
     q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    KV_SETS: gl.constexpr = 1  # a 64-head query leaves no room for a second set of K chunks
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
@@ -725,7 +644,7 @@ def decode_wgmma_hm_kernel(
     widx_row = widx_ptr + t64 * stride_wt
 
     kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4 * KV_SETS, BLOCK_N, CHUNK], kv_sl)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # The stage buffers (two tiles of raw records; see _comp_pass), the two lists' in turn: one

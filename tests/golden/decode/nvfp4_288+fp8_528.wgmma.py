@@ -189,14 +189,6 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     for c in gl.static_range(1, 4):
         s = warpgroup_mma(kv_smem.index(z + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
-    return _attend_pv(kv_smem, p_smem, z, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT, o_l)
-
-
-@gluon.jit
-def _attend_pv(kv_smem, p_smem, zk, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-               o_l: gl.constexpr):
-    # The rest of _attend, from the tile's scores S^T (MMA 1's result, waited for) on; the tile's
-    # chunks are kv_smem[zk .. zk + 3] (z: zero, as _attend's).
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
     # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 2**E4M3_SHIFT for
@@ -216,10 +208,10 @@ def _attend_pv(kv_smem, p_smem, zk, z, valid, s, m_i, l_r, o0, o1, o2, o3, scale
     # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
-    o0 = warpgroup_mma(kv_smem.index(zk).permute((1, 0)), pT, o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(kv_smem.index(zk + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(kv_smem.index(zk + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(kv_smem.index(zk + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(kv_smem.index(z).permute((1, 0)), pT, o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(kv_smem.index(z + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(kv_smem.index(z + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(kv_smem.index(z + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -304,19 +296,6 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _comp_dequant(rows, srows, u, kv_smem, zb, L3: gl.constexpr):
-    # The tile in stage buffer u into the four K chunks kv_smem[zb .. zb + 3] (bf16, exactly).
-    b, sb = _comp_take(rows, srows, u, 0, L3)
-    kv_smem.index(zb + 0).store(_comp_chunk(b, sb, L3))
-    b, sb = _comp_take(rows, srows, u, 1, L3)
-    kv_smem.index(zb + 1).store(_comp_chunk(b, sb, L3))
-    b, sb = _comp_take(rows, srows, u, 2, L3)
-    kv_smem.index(zb + 2).store(_comp_chunk(b, sb, L3))
-    b, sb = _comp_take(rows, srows, u, 3, L3)
-    kv_smem.index(zb + 3).store(_comp_chunk(b, sb, L3))
-
-
-@gluon.jit
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
@@ -342,7 +321,14 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         # This tile's records are in (every thread's copies), and every warp is done with the
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        _comp_dequant(rows, srows, u, kv_smem, z, L3)
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 3, L3)
+        kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
         slot = slot_n
@@ -422,19 +408,6 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
-def _win_dequant(rows, srows, u, kv_smem, zb, L3: gl.constexpr):
-    # The tile in stage buffer u into the four K chunks kv_smem[zb .. zb + 3] (bf16, exactly).
-    b, sb = _win_take(rows, srows, u, 0, L3)
-    kv_smem.index(zb + 0).store(_win_chunk(b, sb, L3))
-    b, sb = _win_take(rows, srows, u, 1, L3)
-    kv_smem.index(zb + 1).store(_win_chunk(b, sb, L3))
-    b, sb = _win_take(rows, srows, u, 2, L3)
-    kv_smem.index(zb + 2).store(_win_chunk(b, sb, L3))
-    b, sb = _win_take(rows, srows, u, 3, L3)
-    kv_smem.index(zb + 3).store(_win_chunk(b, sb, L3))
-
-
-@gluon.jit
 def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
@@ -460,7 +433,14 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         # This tile's records are in (every thread's copies), and every warp is done with the
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
-        _win_dequant(rows, srows, u, kv_smem, z, L3)
+        b, sb = _win_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 3, L3)
+        kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
@@ -512,8 +492,6 @@ def decode_wgmma_kernel(
     cL: gl.constexpr = _comp_l3(num_warps)
     wL: gl.constexpr = _win_l3(num_warps)
     q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    PIPE: gl.constexpr = False  # two lists' stage buffers leave no room for a second set of K chunks
-    KV_SETS: gl.constexpr = 1 + PIPE
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
@@ -529,7 +507,7 @@ def decode_wgmma_kernel(
     widx_row = widx_ptr + t64 * stride_wt
 
     kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4 * KV_SETS, BLOCK_N, CHUNK], kv_sl)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
