@@ -1,5 +1,5 @@
 """benchmarks/heads_table.py: issue 28's table from bench_decode runs, on synthetic runs (no GPU):
-the default column is the sweep's first row only where it was timed, the wgmma rows split by warps,
+the default column is the sweep's first row only where it was timed, the wgmma rows split by build and warps,
 the best row is the minimum of every timed config."""
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ def test_the_table_takes_defaults_wgmma_rows_and_bests_from_the_runs() -> None:
                     for t in (1, 8, 64)},
                {t: [{"config": tri, "us": 40.0 + t}] for t in (1, 8, 64)})
     # Past 64 heads the default (a Triton config) is an error row: no default, the wgmma rows stay.
+    hm = _cfg("wgmma_hm", 8)
     r128 = _run(128, {t: [{"config": tri, "error": "ValueError: at most 64 heads"}, {"config": wg8, "us": 20.0 + t}]
                       for t in (1, 8, 64)},
-                {t: [{"config": tri, "error": "ValueError: wgmma path only"}] for t in (1, 8, 64)})
+                {t: [{"config": tri, "error": "ValueError: wgmma path only"}, {"config": hm, "us": 30.0 + t / 4}]
+                 for t in (1, 8, 64)})
     text = table({64: r64, 128: r128})
     lines = text.splitlines()
     row = {tuple(c.strip() for c in line.split("|")[1:4]): [c.strip() for c in line.split("|")[4:7]]
@@ -42,7 +44,11 @@ def test_the_table_takes_defaults_wgmma_rows_and_bests_from_the_runs() -> None:
     assert row[("kvtune default config", "nvfp4_288 + fp8_528", "128")] == ["-", "-", "-"]
     assert row[("kvtune wgmma, 2 warpgroups", "nvfp4_288 + fp8_528", "128")] == ["21.0", "28.0", "84.0"]
     assert ("kvtune wgmma, 1 warpgroup", "nvfp4_288 + fp8_528", "128") not in row
-    assert row[("kvtune best timed", "fp8_584 + fp8_584", "128")] == ["-", "-", "-"]
+    # The heads-on-M build has a row of its own (8 warps, like the two-warpgroup build).
+    assert row[("kvtune wgmma, heads on M", "fp8_584 + fp8_584", "128")] == ["30.2", "32.0", "46.0"]
+    assert ("kvtune wgmma, 2 warpgroups", "fp8_584 + fp8_584", "128") not in row
+    assert row[("kvtune best timed", "fp8_584 + fp8_584", "128")] == ["30.2", "32.0", "46.0"]
+    assert "| fp8_584+fp8_584 | 128 | 64 | wgmma, heads on M, splits auto | 46.00 |" in lines
     assert "| nvfp4_288+fp8_528 | 64 | 64 | wgmma, 2 warpgroups, splits 1 | 44.00 |" in lines
     assert "| FlashMLA sm90 V4 (issue 28) | fp8_584 + fp8_584 | 64 | 11.9 | 14.4 | 40.5 |" in lines
 
