@@ -228,8 +228,7 @@ SM90_SHARED_MAX = 232448
 WGMMA_SHARED_SLACK = 512  # the compiler's own shared scratch beyond the buffers, at most (sm_90 builds)
 
 
-def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int,
-                       heads_on_m: bool = False) -> int:
+def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
     """Shared memory of a wgmma program taking `hb` heads (what the compiler reports, less its own
     scratch of 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the
     query's four chunks, and the stage buffers (two tiles of raw data rows and side rows: scales,
@@ -242,8 +241,6 @@ def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat
         return 2 * WGMMA_BLOCK_N * (4 * row + side)
     c, w = get_format(comp_fmt), get_format(win_fmt)
     kv = 4 * WGMMA_BLOCK_N * 128 * 2
-    if not heads_on_m:  # decode_wgmma_kernel loads its records into registers: no stage buffers
-        return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2
     return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2 + stage(c) + (0 if c.name == w.name else stage(w))
 
 
@@ -261,7 +258,7 @@ def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: 
 def wgmma_hm_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
     """Shared memory of a heads-on-M program: the wgmma path's buffers at 64 heads (P[64 heads,
     64 keys] instead of P^T: the same bytes)."""
-    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HM_HEADS, heads_on_m=True)
+    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HM_HEADS)
 
 
 def wgmma_hm_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:

@@ -329,50 +329,6 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
-
-@gluon.jit
-def _comp_load(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.constexpr, SHIFT: gl.constexpr):
-    # Chunk c of a tile straight from memory into registers (no stage buffer: two programs an SM
-    # hide each other's loads): its bytes [keys, tiles, bytes] and scales [keys, tiles]; a slot of
-    # -1 reads zeros.
-    SL: gl.constexpr = gl.SliceLayout(2, L3)
-    data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, SL), 512, SHIFT)
-    ti = gl.arange(0, 4, layout=gl.SliceLayout(0, SL))
-    bi = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    ptr = cache_ptr + data[:, None, None] + (c * 128 + ti * 32)[None, :, None] + bi[None, None, :]
-    b = gl.load(ptr, mask=valid[:, None, None], other=0)
-    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 512, gl.SliceLayout(1, SL),
-                                16, SHIFT)
-    sb = gl.load(cache_ptr + srow[:, None] + (c * 4 + ti)[None, :], mask=svalid[:, None], other=0)
-    return b, sb
-
-
-@gluon.jit
-def _comp_rpass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
-        o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, records loaded into registers as each tile starts (its slots a
-    # tile before that); the loads are issued before the barrier that waits for the tile before.
-    lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    for t in range(t0, t1):
-        z = t >> 31  # zero, not a constant to the compiler (see _comp_pass)
-        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
-        b0, s0 = _comp_load(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
-        b1, s1 = _comp_load(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
-        b2, s2 = _comp_load(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
-        b3, s3 = _comp_load(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
-        # Every warp is done with the previous tile's MMAs before the chunks are rewritten.
-        gl.thread_barrier()
-        kv_smem.index(z + 0).store(_comp_chunk(b0, s0, L3))
-        kv_smem.index(z + 1).store(_comp_chunk(b1, s1, L3))
-        kv_smem.index(z + 2).store(_comp_chunk(b2, s2, L3))
-        kv_smem.index(z + 3).store(_comp_chunk(b3, s3, L3))
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
-        slot = slot_n
-        slot_n = slot_nn
-    return m_i, l_r, o0, o1, o2, o3
-
 # nvfp4_288: a chunk of 128 dims is 8 scale tiles of 8 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
 # (Every layout takes the kernel's warps, nw, along the keys.)
@@ -491,50 +447,6 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
-
-@gluon.jit
-def _win_load(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.constexpr, SHIFT: gl.constexpr):
-    # Chunk c of a tile straight from memory into registers (no stage buffer: two programs an SM
-    # hide each other's loads): its bytes [keys, tiles, bytes] and scales [keys, tiles]; a slot of
-    # -1 reads zeros.
-    SL: gl.constexpr = gl.SliceLayout(2, L3)
-    data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, SL), 256, SHIFT)
-    ti = gl.arange(0, 8, layout=gl.SliceLayout(0, SL))
-    bi = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    ptr = cache_ptr + data[:, None, None] + (c * 64 + ti * 8)[None, :, None] + bi[None, None, :]
-    b = gl.load(ptr, mask=valid[:, None, None], other=0)
-    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 256, gl.SliceLayout(1, SL),
-                                32, SHIFT)
-    sb = gl.load(cache_ptr + srow[:, None] + (c * 8 + ti)[None, :], mask=svalid[:, None], other=0)
-    return b, sb
-
-
-@gluon.jit
-def _win_rpass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
-        o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, records loaded into registers as each tile starts (its slots a
-    # tile before that); the loads are issued before the barrier that waits for the tile before.
-    lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    for t in range(t0, t1):
-        z = t >> 31  # zero, not a constant to the compiler (see _win_pass)
-        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
-        b0, s0 = _win_load(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
-        b1, s1 = _win_load(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
-        b2, s2 = _win_load(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
-        b3, s3 = _win_load(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
-        # Every warp is done with the previous tile's MMAs before the chunks are rewritten.
-        gl.thread_barrier()
-        kv_smem.index(z + 0).store(_win_chunk(b0, s0, L3))
-        kv_smem.index(z + 1).store(_win_chunk(b1, s1, L3))
-        kv_smem.index(z + 2).store(_win_chunk(b2, s2, L3))
-        kv_smem.index(z + 3).store(_win_chunk(b3, s3, L3))
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
-        slot = slot_n
-        slot_n = slot_nn
-    return m_i, l_r, o0, o1, o2, o3
-
 @gluon.jit
 def decode_wgmma_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
@@ -598,6 +510,14 @@ def decode_wgmma_kernel(
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
+    # both lists is issued at the start: the window list's does not wait for the compressed
+    # list's last tile (one program a token walks both).
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
+    c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
+    w_rows = gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l)
+    w_srows = gl.allocate_shared_memory(gl.uint8, _WIN_SROWS, st_l)
     # Every load the first tiles wait for is issued before any of them is waited for: each list's
     # first two tiles' slots and the query, then the first tiles' records (by their slots). One
     # after another, the waits were three round trips: 19% of the warps' time at T=64 (H200,
@@ -622,6 +542,12 @@ def decode_wgmma_kernel(
     qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
     qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
     qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    if c0 < c1:
+        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
+    async_copy.commit_group()
+    if w0 < w1:
+        _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
     q_smem.index(0).store(_group_order(qv0, CHUNK))
@@ -639,13 +565,12 @@ def decode_wgmma_kernel(
     fence_async_shared()
 
     # The compressed list's tiles of this program's share, then the window list's.
-    m_i, l_r, o0, o1, o2, o3 = _comp_rpass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
-                                           comp_page_bytes, kv_smem, q_smem, p_smem, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
-    m_i, l_r, o0, o1, o2, o3 = _win_rpass(win_ptr, widx_row, window, w0, w1,
-                                           w_slot, w_slot_n, win_page_size, win_page_bytes, kv_smem, q_smem, p_smem,
-                                           m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL,
-                                           s_l, o_l, WIN_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
+                                          comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, m_i, l_r, o0, o1,
+                                          o2, o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n,
+                                          win_page_size, win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows,
+                                          m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)

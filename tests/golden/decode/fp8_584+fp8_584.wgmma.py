@@ -424,70 +424,6 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
 
-
-@gluon.jit
-def _comp_load(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.constexpr, SHIFT: gl.constexpr):
-    # Chunk c of a tile straight from memory into registers (no stage buffer: two programs an SM
-    # hide each other's loads): its bytes [keys, tiles, bytes] and scales [keys, tiles]; a slot of
-    # -1 reads zeros.
-    SL: gl.constexpr = gl.SliceLayout(2, L3)
-    data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, SL), 576, SHIFT)
-    ti = gl.arange(0, 2, layout=gl.SliceLayout(0, SL))
-    bi = gl.arange(0, 64, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    ptr = cache_ptr + data[:, None, None] + (c * 128 + ti * 64)[None, :, None] + bi[None, None, :]
-    b = gl.load(ptr, mask=valid[:, None, None], other=0)
-    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 576, gl.SliceLayout(1, SL),
-                                8, SHIFT)
-    sb = gl.load(cache_ptr + srow[:, None] + (c * 2 + ti)[None, :], mask=svalid[:, None], other=0)
-    return b, sb
-
-
-@gluon.jit
-def _comp_tail_load_store(cache_ptr, slot, page_size, page_bytes, dst, SHIFT: gl.constexpr):
-    # Chunk 3 of a tile from memory into dst, as _comp_tail_store does from the stage buffer.
-    T2: gl.constexpr = _comp_t2(gl.num_warps())
-    tdata, tvalid = _record_rows(slot, page_size, page_bytes, 384, gl.SliceLayout(1, T2),
-                                 576, SHIFT)
-    tb = gl.arange(0, 64, layout=gl.SliceLayout(0, T2))
-    b = gl.load(cache_ptr + tdata[:, None] + tb[None, :], mask=tvalid[:, None], other=0)
-    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 576, gl.SliceLayout(1, T2),
-                                8, SHIFT)
-    sb = gl.load(cache_ptr + srow + 6, mask=svalid, other=0).to(gl.int32)[:, None]
-    H2: gl.constexpr = _comp_h2(gl.num_warps())
-    hdata, hvalid = _record_rows(slot, page_size, page_bytes, 448, gl.SliceLayout(1, H2),
-                                 576, SHIFT)
-    hb = gl.arange(0, 64, layout=gl.SliceLayout(0, H2))
-    x = gl.load((cache_ptr + hdata[:, None] + 2 * hb[None, :]).to(gl.pointer_type(gl.bfloat16)), mask=hvalid[:, None],
-                other=0.0)
-    dst.slice(0, 64, dim=1).store(_e4m3_values(b, sb))
-    dst.slice(64, 64, dim=1).store(_group_order(_bf16_scaled(x), 64))
-
-
-@gluon.jit
-def _comp_rpass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem, p_smem,
-        m_i, l_r, o0, o1, o2, o3, scale_log2, kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr,
-        o_l: gl.constexpr, SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, records loaded into registers as each tile starts (its slots a
-    # tile before that); the loads are issued before the barrier that waits for the tile before.
-    lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    for t in range(t0, t1):
-        z = t >> 31  # zero, not a constant to the compiler (see _comp_pass)
-        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
-        b0, s0 = _comp_load(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
-        b1, s1 = _comp_load(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
-        b2, s2 = _comp_load(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
-        # Every warp is done with the previous tile's MMAs before the chunks are rewritten.
-        gl.thread_barrier()
-        kv_smem.index(z + 0).store(_comp_chunk(b0, s0, L3))
-        kv_smem.index(z + 1).store(_comp_chunk(b1, s1, L3))
-        kv_smem.index(z + 2).store(_comp_chunk(b2, s2, L3))
-        _comp_tail_load_store(cache_ptr, slot, page_size, page_bytes, kv_smem.index(z + 3), SHIFT)
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
-        slot = slot_n
-        slot_n = slot_nn
-    return m_i, l_r, o0, o1, o2, o3
-
 @gluon.jit
 def decode_wgmma_kernel(
     q_ptr,  # [T, H, D] bf16, unit stride along D
@@ -550,6 +486,12 @@ def decode_wgmma_kernel(
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
     p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    # The stage buffers (two tiles of raw records; see _comp_pass), the two lists' in turn: one
+    # record format, and two lists' buffers of fp8_584 records would not fit beside the rest
+    # (146 KB of 227). The window list's first tile travels during the compressed list's last.
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
+    c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
     # Every load the first tiles wait for is issued before any of them is waited for: each list's
     # first two tiles' slots and the query, then the first tiles' records (by their slots). One
     # after another, the waits were three round trips: 19% of the warps' time at T=64 (H200,
@@ -574,6 +516,12 @@ def decode_wgmma_kernel(
     qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
     qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
     qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    # This program's first tile: the compressed list's, or the window list's if its share has none.
+    if c0 < c1:
+        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
+    elif w0 < w1:
+        _comp_issue(win_ptr, w_slot, win_page_size, win_page_bytes, c_rows, c_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
     q_smem.index(0).store(_group_order(qv0, CHUNK))
@@ -591,13 +539,16 @@ def decode_wgmma_kernel(
     fence_async_shared()
 
     # The compressed list's tiles of this program's share, then the window list's.
-    m_i, l_r, o0, o1, o2, o3 = _comp_rpass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
-                                           comp_page_bytes, kv_smem, q_smem, p_smem, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, kl, cL, s_l, o_l, COMP_SHIFT)
-    m_i, l_r, o0, o1, o2, o3 = _comp_rpass(win_ptr, widx_row, window, w0, w1,
-                                           w_slot, w_slot_n, win_page_size, win_page_bytes, kv_smem, q_smem, p_smem,
-                                           m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL,
-                                           s_l, o_l, WIN_SHIFT)
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
+                                          comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0, win_ptr,
+                                          w_slot, win_page_size, win_page_bytes, w1 - w0, m_i, l_r, o0, o1, o2, o3,
+                                          scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
+    # The window list's first tile went into the buffer after the compressed list's last.
+    m_i, l_r, o0, o1, o2, o3 = _comp_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
+                                          win_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows,
+                                          gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
+                                          win_page_bytes, 0, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l,
+                                          WIN_SHIFT, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)

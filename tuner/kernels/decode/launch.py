@@ -127,10 +127,7 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     tiles = triton.cdiv(topk, WGMMA_BLOCK_N) + triton.cdiv(window, WGMMA_BLOCK_N)
     s = int(cfg["NUM_SPLITS"])
     if s == AUTO:
-        # The register-loading build (MMA=wgmma, one warpgroup: 84 KB of shared memory, 253
-        # registers) runs two programs an SM.
-        per_sm = 2 if cfg["MMA"] == "wgmma" and cfg["num_warps"] == 4 else 1
-        s = max(1, per_sm * sm_count(device) // max(1, n_tokens * head_groups))
+        s = max(1, sm_count(device) // max(1, n_tokens * head_groups))
     per = triton.cdiv(tiles, max(1, min(s, tiles)))
     return triton.cdiv(tiles, per), per
 
