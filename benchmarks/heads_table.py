@@ -17,6 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from catalog.families.decode import is_wgmma  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 TS = (1, 8, 64)
 # Issue 28, FlashMLA sm90 V4 sparse decode on the fp8_584 pair, records from DRAM (16 heads padded
@@ -25,7 +29,7 @@ FLASHMLA = {64: {1: 11.9, 8: 14.4, 64: 40.5}, 128: {1: 12.0, 8: 15.3, 64: 29.5}}
 
 
 def _label(cfg: dict[str, Any]) -> str:
-    if cfg["MMA"] in ("wgmma", "wgmma_hm"):
+    if is_wgmma(cfg):
         wg = "heads on M" if cfg["MMA"] == "wgmma_hm" else "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup"
         splits = cfg["NUM_SPLITS"] or "auto"
         return f"wgmma, {wg}, splits {splits}"

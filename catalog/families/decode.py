@@ -53,7 +53,7 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
 WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm")
 
 
-def is_wgmma(cfg: Config) -> bool:
+def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
     """Whether `cfg` runs on the wgmma path (either of its builds)."""
     return cfg.get("MMA") in WGMMA_MMAS
 
@@ -218,8 +218,12 @@ def wgmma_config(cfg: Config) -> Config:
     e2m1 lookups are its own). It keeps its split count (NUM_SPLITS, see `wgmma_plan`) and, if it
     is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
     WGMMA_HM_WARPS); another config comes onto the path with the seed's 4."""
-    mma = cfg["MMA"] if is_wgmma(cfg) else "wgmma"
-    warps = WGMMA_HM_WARPS if mma == "wgmma_hm" else cfg["num_warps"] if is_wgmma(cfg) else WGMMA_WARPS
+    if not is_wgmma(cfg):
+        mma, warps = "wgmma", WGMMA_WARPS
+    elif cfg["MMA"] == "wgmma_hm":
+        mma, warps = "wgmma_hm", WGMMA_HM_WARPS
+    else:
+        mma, warps = "wgmma", cfg["num_warps"]
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
 
 
