@@ -54,11 +54,14 @@ def check_exact(fmt: str, n: int, page: int, target: str) -> dict[str, str]:
     return out
 
 
-def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict:
+def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backends: tuple[str, ...] = ()) -> dict:
+    """The default, the default's tiles with each other legal backend, then a seeded sample of the
+    rest of the grid; `backends` (when given) narrows that sample to these element backends."""
     x, slots, cache = _inputs(fmt, n, page, seed=2)
     moved = pack_bytes(fmt, n)
     target = detect().name
-    cfgs = [c for c in space(fmt).grid() if not backend_legality(fmt, c["backend"], target)]
+    cfgs = [c for c in space(fmt).grid() if not backend_legality(fmt, c["backend"], target)
+            and (not backends or c["backend"] in backends)]
     # The default first, then the default's tiles with every other legal backend (an A/B of the
     # element conversion in the same run), then a seeded sample of the rest of the grid (compiles
     # dominate the run).
@@ -85,6 +88,7 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int) -> dict
 
 
 SMALL_N = (1, 16, 256)
+BACKEND_COLUMNS = ("soft", "swar", "cvt", "ptx", "gfx950")
 
 
 def small_n(fmt: str, page: int, configs: dict[str, Config]) -> dict[str, dict[int, float]]:
@@ -106,18 +110,23 @@ def main() -> int:
     ap.add_argument("--page", type=int, default=64)
     ap.add_argument("--max-configs", type=int, default=60, help="configs timed for nvfp4_288 (the largest space)")
     ap.add_argument("--max-configs-other", type=int, default=16, help="configs timed for each other format")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="record formats to sweep, comma-separated")
+    ap.add_argument("--backends", default="", help="sample the sweep from these backends only, e.g. swar")
     args = ap.parse_args()
+    formats = [f for f in args.formats.split(",") if f]
+    backends = tuple(b for b in args.backends.split(",") if b)
     target = detect().name
     prov = provenance()
     t0 = time.time()
     bw = copy_bandwidth()
     print(f"{prov['gpu']} ({target}), torch {prov['torch']}, triton {prov['triton']}: copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
-    exact = {fmt: check_exact(fmt, args.tokens, args.page, target) for fmt in FORMATS}
+    exact = {fmt: check_exact(fmt, args.tokens, args.page, target) for fmt in formats}
     for fmt, r in exact.items():
         print(f"  exactness {fmt}: {r}", flush=True)
     results = []
-    for fmt in FORMATS:
-        r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else args.max_configs_other)
+    for fmt in formats:
+        r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else args.max_configs_other,
+                  backends)
         results.append(r)
         d, b = r["default"], r["best"]
         r["small_n_us"] = small_n(fmt, args.page, {"default": Config.from_dict(d["config"]),
@@ -134,11 +143,11 @@ def main() -> int:
         md.append(f"| {r['format']} | {', '.join(f'{k}: {v}' for k, v in exact[r['format']].items())} | {d['us']:.1f} | "
                   f"{d['frac_of_copy']:.1%} | {b['us']:.1f} | {b['frac_of_copy']:.1%} | `{Config.from_dict(b['config']).to_json()}` |")
     md += ["", "Best of each element backend (same run), and the copy floor:", "",
-           "| format | floor us | " + " | ".join(f"best {k} us" for k in ("soft", "cvt", "ptx", "gfx950")) + " |",
-           "|---|---|---|---|---|---|"]
+           "| format | floor us | " + " | ".join(f"best {k} us" for k in BACKEND_COLUMNS) + " |",
+           "|---|---|" + "---|" * len(BACKEND_COLUMNS)]
     for r in results:
         cells = [f"{r['best_by_backend'][k]['us']:.1f}" if k in r["best_by_backend"] else "-"
-                 for k in ("soft", "cvt", "ptx", "gfx950")]
+                 for k in BACKEND_COLUMNS]
         md.append(f"| {r['format']} | {r['floor_us']:.1f} | " + " | ".join(cells) + " |")
     md += ["", f"Small N (CUDA-graph replay median, us; launch-bound): N = {', '.join(map(str, SMALL_N))}", "",
            "| format | config | " + " | ".join(f"N={n}" for n in SMALL_N) + " |", "|---|---|" + "---|" * len(SMALL_N)]

@@ -5,6 +5,11 @@ another (DESIGN.md, architecture facts)."""
 from __future__ import annotations
 
 E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
+# Encoding only (the writers: pack): "swar" rounds bf16 inputs two elements a 32-bit instruction,
+# the halfword bit patterns of a word compared with the scaled thresholds by integer adds that
+# cannot carry across the halves (templates/_codecs.py.j2 `_e2m1_pack2_swar`). Plain integer
+# Triton, so legal wherever `soft` is; fp32 inputs take the soft rounding.
+E2M1_WRITE_BACKENDS: tuple[str, ...] = ("soft", "swar", "ptx", "gfx950")
 # Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
 # table, four nibbles a lookup, and writes fp32 bit patterns (or, for a bf16 dot, bf16 products
 # with the scale) directly; it has no encoding side.
@@ -48,9 +53,10 @@ def e4m3_backend_legality(backend: str, target: str) -> str | None:
 
 
 def e2m1_backend_legality(backend: str, target: str) -> str | None:
-    if backend not in E2M1_READ_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_READ_BACKENDS)}")
+    known = E2M1_READ_BACKENDS + ("swar",)
+    if backend not in known:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(known)}")
     if target not in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
-        # Architectures without rows of their own: only the portable backend is known to be legal.
-        return None if backend == "soft" else f"{backend} is only known legal on its own architecture"
+        # Architectures without rows of their own: only the portable backends are known to be legal.
+        return None if backend in ("soft", "swar") else f"{backend} is only known legal on its own architecture"
     return _E2M1_ILLEGAL.get((backend, target))

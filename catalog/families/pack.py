@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from catalog.codecs import E2M1_BACKENDS, E4M3_BACKENDS, e2m1_backend_legality, e4m3_backend_legality
+from catalog.codecs import E2M1_WRITE_BACKENDS, E4M3_BACKENDS, e2m1_backend_legality, e4m3_backend_legality
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.base import FamilySpec
 from catalog.formats import RecordFormat, get_format
@@ -87,13 +87,13 @@ def default_config(fmt: str | RecordFormat) -> Config:
 def backends_of(fmt: str | RecordFormat) -> tuple[str, ...]:
     """The element conversions a writer of `fmt` can use: e2m1 backends for the e2m1 formats, e4m3
     backends for the fp8 ones (their scales are computed the same way either way)."""
-    return E2M1_BACKENDS if get_format(fmt).elem == "e2m1" else E4M3_BACKENDS
+    return E2M1_WRITE_BACKENDS if get_format(fmt).elem == "e2m1" else E4M3_BACKENDS
 
 
 def variant_legality(backend: str, target: str) -> str | None:
     """Why the writer variant `backend` cannot run on `target` (None: it can): an e4m3 conversion's
     rule for the fp8 formats' own backends (cvt), the e2m1 table for the rest (`soft` is both)."""
-    if backend in E4M3_BACKENDS and backend not in E2M1_BACKENDS:
+    if backend in E4M3_BACKENDS and backend not in E2M1_WRITE_BACKENDS:
         return e4m3_backend_legality(backend, target)
     return e2m1_backend_legality(backend, target)
 
@@ -118,8 +118,8 @@ def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
 def render_query_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
     """The query quantiser's module for one e2m1 backend."""
     f = check_query_format(fmt)
-    if backend not in E2M1_BACKENDS:
-        raise ValueError(f"unknown e2m1 backend {backend!r}")
+    if backend not in E2M1_WRITE_BACKENDS:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(E2M1_WRITE_BACKENDS)}")
     return R.render(QUERY_TEMPLATE, {"fmt": f, "e2m1_backend": backend})
 
 
@@ -168,7 +168,7 @@ class PackSpec(FamilySpec):
     template = TEMPLATE
 
     def variants(self) -> Sequence[str]:
-        return E2M1_BACKENDS + tuple(b for b in E4M3_BACKENDS if b not in E2M1_BACKENDS)
+        return E2M1_WRITE_BACKENDS + tuple(b for b in E4M3_BACKENDS if b not in E2M1_WRITE_BACKENDS)
 
     def legality(self, variant: str, target: str) -> str | None:
         return variant_legality(variant, target)

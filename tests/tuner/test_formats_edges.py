@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots
-from catalog.codecs import e2m1_backend_legality
-from catalog.families.pack import default_config
+from catalog.families.pack import backend_legality, backends_of, default_config
 from tuner.kernels.pack import pack
 
 NAN = float("nan")
@@ -164,8 +163,7 @@ def test_reference_matches_hand_written_bytes(fmt: str, name: str, x: torch.Tens
 
 
 def _legal_backends(fmt: str, target: str) -> list[str]:
-    backends = ("soft", "ptx", "gfx950") if FORMATS[fmt].elem == "e2m1" else ("soft",)
-    return [b for b in backends if e2m1_backend_legality(b, target) is None]
+    return [b for b in backends_of(fmt) if backend_legality(fmt, b, target) is None]
 
 
 @pytest.mark.parametrize("fmt", list(CASES))

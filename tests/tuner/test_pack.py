@@ -97,12 +97,79 @@ def test_e4m3_writers_are_exact_on_every_code_and_tie(fmt: str, target_name: str
         assert diff.numel() == 0, f"{fmt} {backend}: {diff.shape[0]} bytes differ, first at {diff[:4].tolist()}"
 
 
+def _e2m1_tiles_at_every_bf16(fmt: str, scale_leads: list[float]) -> torch.Tensor:
+    """bf16 rows whose tiles each lead with 6 * s (so the tile's scale is exactly s) and hold, in
+    the rest of the tile, every bf16 value of magnitude <= 6 * s in turn, both signs: every e2m1
+    code, every tie between two codes and every bf16 value between them, at each scale s."""
+    f = FORMATS[fmt]
+    per_tile = f.tile - 1
+    mags = torch.arange(0, 0x7F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()  # 0 .. max finite
+    rows = []
+    for s in scale_leads:
+        v = mags[mags <= 6 * s]
+        v = torch.cat([v, -v])
+        n_tiles = -(-v.numel() // per_tile)
+        body = torch.cat([v, torch.zeros(n_tiles * per_tile - v.numel())]).view(n_tiles, per_tile)
+        tiles = torch.cat([torch.full((n_tiles, 1), 6 * s), body], dim=1)
+        pad = -n_tiles % f.n_tiles
+        tiles = torch.cat([tiles, tiles[:pad]]) if pad else tiles
+        rows.append(tiles.reshape(-1, f.n_tiles * f.tile))
+    x = torch.cat(rows)
+    return torch.cat([x, torch.zeros(x.shape[0], f.dims - f.n_tiles * f.tile)], dim=1).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt,scales", [("nvfp4_288", [1.0, 0.001953125, 448.0, 1.125, 13.0]),
+                                        ("mxfp4_68", [1.0, 2.0**-126, 2.0**100, 0.25])])
+def test_e2m1_writers_are_exact_at_every_bf16_value(fmt: str, scales: list[float], target_name: str, device: str) -> None:
+    # Every bf16 magnitude up to 6 s (2**-133 .. ) at scales of the format's whole range (nvfp4:
+    # e4m3 scales at both clamps and with odd mantissas; mxfp4: powers of two down to 2**-126):
+    # each legal backend's bytes against the torch reference.
+    x = _e2m1_tiles_at_every_bf16(fmt, scales)
+    n, page = x.shape[0], 64
+    slots = torch.arange(n, dtype=torch.int64)
+    expected = alloc_cache(fmt, -(-n // page), page, fill=0)
+    write_slots(expected, quantize(x, fmt), slots, fmt, page)
+    backends = _legal_backends(fmt, target_name)
+    assert {"soft", "swar"} <= set(backends)
+    for backend in backends:
+        cache = alloc_cache(fmt, -(-n // page), page, device=device, fill=0)
+        pack(x.to(device), slots.to(device), cache, fmt, page, default_config(fmt).replace(backend=backend))
+        diff = (cache.cpu() != expected).nonzero()
+        assert diff.numel() == 0, f"{fmt} {backend}: {diff.shape[0]} bytes differ, first at {diff[:4].tolist()}"
+
+
+def _compiled_in_child(code: str) -> dict:
+    """Run `code` (which prints one JSON line last) in a child process without the interpreter:
+    sm_90 compiles need real JITFunctions, and this session may be interpreted."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_swar_backend_rounds_with_fewer_instructions() -> None:
+    # Static, on the CPU: the e2m1 formats' SWAR rounding (two elements a 32-bit instruction)
+    # issues fewer SASS instructions an element on sm_90 than the soft rounding at the same tiles
+    # (benchmarks/sass_count.py). Its exactness is test_e2m1_writers_are_exact_at_every_bf16_value.
+    got = _compiled_in_child("""if True:
+        import json
+        from benchmarks.sass_count import count
+        out = {}
+        for fmt, tiles in (("nvfp4_288", (4, 32, 1)), ("mxfp4_68", (8, 4, 1))):
+            for b in ("soft", "swar"):
+                out[fmt + "." + b] = count(fmt, *tiles, backend=b)[1]
+        print(json.dumps(out))
+    """)
+    for fmt in ("nvfp4_288", "mxfp4_68"):
+        assert got[fmt + ".swar"] < 0.9 * got[fmt + ".soft"], (fmt, got)
+
+
 def test_cvt_backend_is_the_hardware_conversion_with_fewer_instructions() -> None:
     # Static, on the CPU: on sm_90 the cvt render lowers to F2FP (the e4m3x2 conversion) and issues
     # fewer SASS instructions per element than the integer rounding (pack is issue-bound there:
     # benchmarks/results/pack_issue_limit_sm90.md). Its exactness is the test above, on a GPU.
-    # In a child process: the compile needs real JITFunctions, and this session may be interpreted.
-    code = """if True:
+    got = _compiled_in_child("""if True:
         import json
         from benchmarks.sass_count import count
         from catalog.families.pack import default_config
@@ -113,12 +180,7 @@ def test_cvt_backend_is_the_hardware_conversion_with_fewer_instructions() -> Non
                 _, per_elem, ops = count(fmt, c["BLOCK_T"], c["TILES_PER_PROG"], c["num_warps"], backend=b)
                 out[fmt + "." + b] = [per_elem, ops.get("F2FP", 0)]
         print(json.dumps(out))
-    """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
-                       cwd=Path(__file__).resolve().parents[2])
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    """)
     for fmt in ("fp8_528", "fp8_584", "fp8_132"):
         (soft, soft_f2fp), (cvt, cvt_f2fp) = got[fmt + ".soft"], got[fmt + ".cvt"]
         assert cvt_f2fp > 0 and soft_f2fp == 0, fmt
@@ -165,14 +227,15 @@ def test_rendered_sources_match_golden(fmt: str) -> None:
 
 
 def test_xcompile_table_matches_the_issue() -> None:
-    """soft compiles on all four GPU targets; ptx only on sm_100; gfx950 only on gfx950; the fp8
-    formats' cvt on NVIDIA (sm_90, sm_100) -- and the process aborts of the illegal ones are rows of
-    the table, not crashes of the tool."""
+    """soft and swar (plain integer Triton) compile on all four GPU targets; ptx only on sm_100;
+    gfx950 only on gfx950; the fp8 formats' cvt on NVIDIA (sm_90, sm_100) -- and the process aborts
+    of the illegal ones are rows of the table, not crashes of the tool."""
     out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "pack", "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     expect = {
         "soft": {"sm_90", "sm_100", "gfx942", "gfx950"},
+        "swar": {"sm_90", "sm_100", "gfx942", "gfx950"},
         "ptx": {"sm_100"},
         "gfx950": {"gfx950"},
         "cvt": {"sm_90", "sm_100"},
@@ -331,5 +394,5 @@ def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
 def test_query_quantiser_sources_match_golden() -> None:
     from catalog.families.pack import render_query_variant
 
-    for b in ("soft", "ptx", "gfx950"):
+    for b in ("soft", "swar", "ptx", "gfx950"):
         check_golden(f"pack/mxfp4_68.query.{b}.py", render_query_variant("mxfp4_68", b).source)
