@@ -93,6 +93,14 @@ def sass_ops(cubin: bytes) -> list[SassOp]:
     return ops
 
 
+def kernel_body(ops: list[SassOp]) -> list[SassOp]:
+    """The instructions up to the kernel's last EXIT: what follows it are out-of-line slow paths
+    (ptxas's subroutines for a 64-bit integer division whose operands do not fit 32 bits, an fp32
+    division's special operands), entered by CALL only on those inputs."""
+    last = max((i for i, o in enumerate(ops) if o.opcode == "EXIT"), default=len(ops) - 1)
+    return ops[:last + 1]
+
+
 def sass_opcodes(cubin: bytes) -> list[str]:
     """The SASS opcodes of a cubin in order, NOPs left out (see sass_ops)."""
     return [o.opcode for o in sass_ops(cubin)]

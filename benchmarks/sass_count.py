@@ -2,8 +2,10 @@
 specialisations a real launch has (16-byte aligned pointers and strides), disassemble the cubin with
 the cuobjdump that ships with Triton, and count SASS instructions x lanes per packed element.
 
-Straight-line code (pack has no loop), so the static count is the dynamic count of the fast path;
-on the H200 pack's time tracked this number across codec versions (benchmarks/results/pack_h200.md).
+Straight-line code (pack has no loop), so the count of the kernel's body -- up to its last EXIT,
+leaving out the out-of-line slow paths after it (a 64-bit division's, an fp32 division's special
+operands), which the fast path never enters -- is the dynamic count of the fast path; on the H200
+pack's time tracked this number across codec versions (benchmarks/results/pack_h200.md).
 
     python benchmarks/sass_count.py nvfp4_288 4 32 2        # format BLOCK_T TILES_PER_PROG num_warps
     python benchmarks/sass_count.py fp8_528 8 8 1 cvt       # ... and the element backend (default soft)
@@ -22,7 +24,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # the module's kernels must be JITFunc
 import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from benchmarks.common import sass_opcodes  # noqa: E402
+from benchmarks.common import kernel_body, sass_ops  # noqa: E402
 from templates import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
 from catalog.families.pack import render_variant  # noqa: E402
@@ -41,7 +43,7 @@ def count(fmt: str, block_t: int, tiles: int, warps: int, backend: str = "soft")
     src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
                     constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True})
     k = triton.compile(src, target=gpu_target(get_target("sm_90")), options={"num_warps": warps, "num_stages": 1})
-    ops = collections.Counter(sass_opcodes(k.asm["cubin"]))
+    ops = collections.Counter(o.opcode for o in kernel_body(sass_ops(k.asm["cubin"])))
     n = sum(ops.values())
     elems = block_t * tiles * get_format(fmt).tile
     return n, n * 32 * warps / elems, ops
