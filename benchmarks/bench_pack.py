@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.common import copy_bandwidth, provenance, time_us, write_results  # noqa: E402
+from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
 from catalog.core import Config  # noqa: E402
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots  # noqa: E402
 from catalog.families.pack import backend_legality  # noqa: E402
@@ -54,9 +54,11 @@ def check_exact(fmt: str, n: int, page: int, target: str) -> dict[str, str]:
     return out
 
 
-def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backends: tuple[str, ...] = ()) -> dict:
+def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backends: tuple[str, ...] = (),
+          picks: list[str] | None = None) -> dict:
     """The default, the default's tiles with each other legal backend, then a seeded sample of the
-    rest of the grid; `backends` (when given) narrows that sample to these element backends."""
+    rest of the grid; `backends` (when given) narrows that sample to these element backends;
+    `picks` (NAME=v,... over the default) replaces the sample and the backend rows."""
     x, slots, cache = _inputs(fmt, n, page, seed=2)
     moved = pack_bytes(fmt, n)
     target = detect().name
@@ -70,6 +72,8 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backend
           if b != dflt["backend"] and not backend_legality(fmt, b, target)]
     rest = [c for c in cfgs if c != dflt and c not in ab]
     cfgs = [dflt] + ab + random.Random(0).sample(rest, min(len(rest), max(0, max_configs - 1 - len(ab))))
+    if picks:
+        cfgs = [dflt] + [c for c in (parse_cfg(p, dflt) for p in picks) if c != dflt]
     rows = []
     for c in cfgs:
         try:
@@ -112,6 +116,8 @@ def main() -> int:
     ap.add_argument("--max-configs-other", type=int, default=16, help="configs timed for each other format")
     ap.add_argument("--formats", default=",".join(FORMATS), help="record formats to sweep, comma-separated")
     ap.add_argument("--backends", default="", help="sample the sweep from these backends only, e.g. swar")
+    ap.add_argument("--pick", action="append", default=None,
+                    help="NAME=v,... over the format's default: time these (and the default) instead of a sample")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f]
     backends = tuple(b for b in args.backends.split(",") if b)
@@ -126,7 +132,7 @@ def main() -> int:
     results = []
     for fmt in formats:
         r = sweep(fmt, args.tokens, args.page, bw, args.max_configs if fmt == "nvfp4_288" else args.max_configs_other,
-                  backends)
+                  backends, args.pick)
         results.append(r)
         d, b = r["default"], r["best"]
         r["small_n_us"] = small_n(fmt, args.page, {"default": Config.from_dict(d["config"]),
