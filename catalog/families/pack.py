@@ -112,7 +112,7 @@ def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
     # The e2m1 codecs are rendered soft for fp8 records (their scale code uses none of them).
     e2m1 = backend if f.elem == "e2m1" else "soft"
     e4m3 = backend if f.elem != "e2m1" else "soft"
-    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": e2m1, "e4m3_backend": e4m3})
+    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": e2m1, "e4m3_backend": e4m3, "nt_pad": nt_pad(f)})
 
 
 def render_query_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
