@@ -112,7 +112,7 @@ def render_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
     # The e2m1 codecs are rendered soft for fp8 records (their scale code uses none of them).
     e2m1 = backend if f.elem == "e2m1" else "soft"
     e4m3 = backend if f.elem != "e2m1" else "soft"
-    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": e2m1, "e4m3_backend": e4m3, "nt_pad": nt_pad(f)})
+    return R.render(TEMPLATE, {"fmt": f, "e2m1_backend": e2m1, "e4m3_backend": e4m3})
 
 
 def render_query_variant(fmt: str | RecordFormat, backend: str) -> R.Rendered:
@@ -175,6 +175,14 @@ class PackSpec(FamilySpec):
 
     def variant_of(self, config: Config) -> str:
         return str(config["backend"])
+
+    def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
+        """The default's tiles with each other element backend legal on `target` (nvfp4_288 on
+        sm_90: swar at the default tiles, 1.54x over the default; 24 TPE trials drew other tiles
+        with swar and stopped at 1.39x: benchmarks/results/tune_pack_h200.md)."""
+        dflt = self.default_config(key)
+        return [dflt.replace(backend=b) for b in backends_of(key.formats[0])
+                if b != dflt["backend"] and backend_legality(key.formats[0], b, target) is None]
 
     def space(self, key: ProblemKey) -> Space:
         is_query_key(key)  # the same space for both destinations: the same tiles of the same records

@@ -396,3 +396,23 @@ def test_query_quantiser_sources_match_golden() -> None:
 
     for b in ("soft", "swar", "ptx", "gfx950"):
         check_golden(f"pack/mxfp4_68.query.{b}.py", render_query_variant("mxfp4_68", b).source)
+
+
+def test_seeds_are_the_default_tiles_with_each_other_legal_backend() -> None:
+    # A pack search measures the default, then its tiles with every other element backend the
+    # target can run (a few TPE trials over the tile grid may never draw the best backend there).
+    from catalog.families.pack import SPEC, pack_key
+
+    def seeds(fmt: str, target: str) -> list[str]:
+        key = pack_key(fmt, target)
+        out = SPEC.seed_configs(key, target)
+        assert all(c.replace(backend="soft") == SPEC.default_config(key) for c in out)
+        return [c["backend"] for c in out]
+
+    assert seeds("nvfp4_288", "sm_90") == ["swar"]
+    assert seeds("nvfp4_288", "sm_100") == ["swar", "ptx"]
+    assert seeds("mxfp4_68", "gfx950") == ["swar", "gfx950"]
+    assert seeds("mxfp4_68", "interp") == ["swar"]
+    assert seeds("fp8_584", "sm_90") == ["cvt"]
+    assert seeds("fp8_584", "gfx942") == []
+    assert SPEC.seed_configs(pack_key("mxfp4_68", "sm_90", "query"), "sm_90")[0]["backend"] == "swar"

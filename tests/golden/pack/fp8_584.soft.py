@@ -136,10 +136,7 @@ def pack_kernel(
     # per program otherwise, in a kernel whose programs each make one pass).
     ld3 = in_rows[:, None, None] & tile_ok[None, :, None]
     if IN_BF16:
-        # The row's last 64 dims are one more tile of words (tile N_TILES, which the padded
-        # tile axis holds): loaded with the rest, stored as they are below -- no second round trip.
-        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :],
-                    mask=in_rows[:, None, None] & (tiles <= N_TILES)[None, :, None], other=0)
+        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=ld3, other=0)
         ev_bits = w << 16  # element 2i: the low half of the word
         od_bits = w & -65536  # element 2i+1: the high half
     else:
@@ -166,11 +163,6 @@ def pack_kernel(
     # data rows start at even byte offsets (every data_bytes and page_bytes is even): store halfwords.
     h_off = data_base[:, None, None] // 2 + pair[None, :, :]
     tl.store(cache16_ptr + h_off, half.to(tl.int16), mask=m3)
-    if IN_BF16:
-        # The bf16 tile as words: data rows and QDIMS are multiples of 4 bytes.
-        t_off = data_base[:, None, None] // 4 + QDIMS // 4 + (pair[None, :, :] - N_TILES * (TILE // 2))
-        tail_m = live[:, None, None] & (tiles == N_TILES)[None, :, None]
-        tl.store(cache16_ptr.to(tl.pointer_type(tl.int32)) + t_off, w, mask=tail_m)
 
     m2 = live[:, None] & tile_ok[None, :]
     tl.store(cache_ptr + scale_base[:, None] + tiles[None, :], s_byte.to(tl.uint8), mask=m2)
@@ -182,10 +174,14 @@ def pack_kernel(
         tl.store(cache_ptr + scale_base[:, None] + N_TILES + p[None, :], zero, mask=live[:, None])
         # The last 64 dims are stored as bf16 of the input (rounded with integer ops).
         c = tl.arange(0, 32)
-        if not IN_BF16:  # (bf16 inputs: stored with the row's words above)
+        if IN_BF16:
+            tw = tl.load(xw_ptr + w_row[:, None] + QDIMS // 2 + c[None, :], mask=in_rows[:, None], other=0)
+            b_lo = tw & 0xFFFF
+            b_hi = (tw >> 16) & 0xFFFF
+        else:
             src = w_row[:, None] + QDIMS + 2 * c[None, :]
             b_lo = _bf16_bits_rne(tl.load(xw_ptr + src, mask=in_rows[:, None], other=0))
             b_hi = _bf16_bits_rne(tl.load(xw_ptr + src + 1, mask=in_rows[:, None], other=0))
-            t_off = data_base[:, None] // 2 + QDIMS // 2 + tl.arange(0, 64)[None, :]
-            tail = tl.reshape(tl.join(b_lo, b_hi), [BLOCK_T, 64])
-            tl.store(cache16_ptr + t_off, tail.to(tl.int16), mask=live[:, None])
+        t_off = data_base[:, None] // 2 + QDIMS // 2 + tl.arange(0, 64)[None, :]
+        tail = tl.reshape(tl.join(b_lo, b_hi), [BLOCK_T, 64])
+        tl.store(cache16_ptr + t_off, tail.to(tl.int16), mask=live[:, None])
