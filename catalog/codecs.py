@@ -52,11 +52,15 @@ def e4m3_backend_legality(backend: str, target: str) -> str | None:
     return _E4M3_ILLEGAL.get((backend, target))
 
 
+# Every e2m1 backend of either side, and those written in plain Triton (legal on every target).
+_E2M1_KNOWN: tuple[str, ...] = tuple(dict.fromkeys(E2M1_READ_BACKENDS + E2M1_WRITE_BACKENDS))
+_E2M1_PORTABLE: tuple[str, ...] = ("soft", "swar")
+
+
 def e2m1_backend_legality(backend: str, target: str) -> str | None:
-    known = E2M1_READ_BACKENDS + ("swar",)
-    if backend not in known:
-        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(known)}")
+    if backend not in _E2M1_KNOWN:
+        raise ValueError(f"unknown e2m1 backend {backend!r}; known: {list(_E2M1_KNOWN)}")
     if target not in ("sm_90", "sm_100", "gfx942", "gfx950", "interp"):
         # Architectures without rows of their own: only the portable backends are known to be legal.
-        return None if backend in ("soft", "swar") else f"{backend} is only known legal on its own architecture"
+        return None if backend in _E2M1_PORTABLE else f"{backend} is only known legal on its own architecture"
     return _E2M1_ILLEGAL.get((backend, target))
