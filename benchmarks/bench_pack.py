@@ -74,6 +74,8 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backend
     cfgs = [dflt] + ab + random.Random(0).sample(rest, min(len(rest), max(0, max_configs - 1 - len(ab))))
     if picks:
         cfgs = [dflt] + [c for c in (parse_cfg(p, dflt) for p in picks) if c != dflt]
+    # Picked configs are new tiles or variants under study: each one's records are checked too.
+    want = quantize(x, fmt) if picks else None
     rows = []
     for c in cfgs:
         try:
@@ -81,7 +83,12 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backend
         except Exception as e:  # a config that fails to compile is a row, not the end of the sweep
             rows.append({"config": c.as_dict(), "error": f"{type(e).__name__}: {e}"[:200]})
             continue
-        rows.append({"config": c.as_dict(), "us": us, "frac_of_copy": moved / (us * 1e-6) / copy_bw})
+        row = {"config": c.as_dict(), "us": us, "frac_of_copy": moved / (us * 1e-6) / copy_bw}
+        if want is not None:
+            bad = int((read_slots(cache, slots, fmt, page) != want).any(dim=1).sum())
+            row["exact"] = "byte-exact" if bad == 0 else f"{bad} of {n} records differ"
+            print(f"  {fmt} {c.to_json()}: {us:.1f} us, {row['exact']}", flush=True)
+        rows.append(row)
     ok = [r for r in rows if "us" in r]
     best = min(ok, key=lambda r: r["us"])
     by_backend = {b: min((r for r in ok if r["config"]["backend"] == b), key=lambda r: r["us"])
