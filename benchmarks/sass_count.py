@@ -9,6 +9,10 @@ pack's time tracked this number across codec versions (benchmarks/results/pack_h
 
     python benchmarks/sass_count.py nvfp4_288 4 32 2        # format BLOCK_T TILES_PER_PROG num_warps
     python benchmarks/sass_count.py fp8_528 8 8 1 cvt       # ... and the element backend (default soft)
+    python benchmarks/sass_count.py fp8_584 4 8 1 cvt 8 2   # ... BLOCKS_PER_PROG and num_stages
+
+With BLOCKS_PER_PROG > 1 the kernel loops over its blocks, and the count is static (the pipelined
+loop's prologue, body and epilogue once each), not the dynamic count per element.
 """
 
 from __future__ import annotations
@@ -32,28 +36,34 @@ from tuner.targets import get_target, gpu_target  # noqa: E402
 
 SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16", "n_tokens": "i32",
              "stride_w": "i32", "page_size": "i32", "page_bytes": "i32", "BLOCK_T": "constexpr",
-             "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr"}
+             "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr", "BLOCKS_PER_PROG": "constexpr",
+             "NUM_STAGES": "constexpr"}
 ALIGNED = ("xw_ptr", "slot_ptr", "cache_ptr", "cache16_ptr", "stride_w", "page_size", "page_bytes")
 
 
-def count(fmt: str, block_t: int, tiles: int, warps: int, backend: str = "soft") -> tuple[int, float, collections.Counter]:
+def count(fmt: str, block_t: int, tiles: int, warps: int, backend: str = "soft",
+          blocks: int = 1, stages: int = 1) -> tuple[int, float, collections.Counter]:
     fn = R.load(render_variant(fmt, backend)).pack_kernel
     names = list(fn.arg_names)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED}
     src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
-                    constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True})
-    k = triton.compile(src, target=gpu_target(get_target("sm_90")), options={"num_warps": warps, "num_stages": 1})
+                    constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True,
+                                "BLOCKS_PER_PROG": blocks, "NUM_STAGES": stages})
+    k = triton.compile(src, target=gpu_target(get_target("sm_90")), options={"num_warps": warps, "num_stages": stages})
     ops = collections.Counter(o.opcode for o in kernel_body(sass_ops(k.asm["cubin"])))
     n = sum(ops.values())
-    elems = block_t * tiles * get_format(fmt).tile
+    elems = blocks * block_t * tiles * get_format(fmt).tile
     return n, n * 32 * warps / elems, ops
 
 
 def main() -> int:
     fmt, bt, tpp, nw = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     backend = sys.argv[5] if len(sys.argv) > 5 else "soft"
-    n, per_elem, ops = count(fmt, bt, tpp, nw, backend)
-    print(f"{fmt} {backend} BLOCK_T={bt} TILES_PER_PROG={tpp} num_warps={nw}: {n} SASS instructions, "
+    blocks = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+    stages = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    n, per_elem, ops = count(fmt, bt, tpp, nw, backend, blocks, stages)
+    print(f"{fmt} {backend} BLOCK_T={bt} TILES_PER_PROG={tpp} num_warps={nw} BLOCKS_PER_PROG={blocks} "
+          f"num_stages={stages}: {n} SASS instructions, "
           f"{per_elem:.1f} lane-instructions per element")
     print("most frequent:", ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
     return 0

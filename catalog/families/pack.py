@@ -65,6 +65,8 @@ def space(fmt: str | RecordFormat) -> Space:
             return f"{elems} elements per program is too many"
         if c["num_warps"] > 1 and elems < 32 * c["num_warps"]:
             return f"{elems} elements per program cannot occupy {c['num_warps']} warps"
+        if (c["num_stages"] > 1) != (c["BLOCKS_PER_PROG"] > 1):
+            return "a program packs one block, or several blocks pipelined over 2 stages"
         return None
 
     block_t, tiles, warps = MEASURED_DEFAULTS.get(f.name, (4, nt, 4))
@@ -74,10 +76,32 @@ def space(fmt: str | RecordFormat) -> Space:
             Param("BLOCK_T", (1, 2, 4, 8, 16), block_t),
             Param("TILES_PER_PROG", tuple(t for t in (1, 2, 4, 8, 16, 32) if t <= nt), tiles),
             Param("num_warps", (1, 2, 4, 8), warps),
-            Param("num_stages", (1,), 1),  # no loop to pipeline
+            # One block of BLOCK_T rows a program, or 8 blocks in turn with the next block's words
+            # loaded into shared memory while one is rounded (num_stages 2). fp8_584 on sm_90: cvt
+            # 4/8/1 pipelined 450.8 us against 477.0 for the best one-block config; 4 or 16 blocks
+            # and 3 stages were no faster (benchmarks/results/pack_pipelined_h200.md). Two choices,
+            # not a grid of them: the axis doubles the space (timing tables, searches) as it is.
+            Param("BLOCKS_PER_PROG", (1, 8), 1),
+            Param("num_stages", (1, 2), 1),
         ),
         constraints=(_fits,),
     )
+
+
+def query_space(fmt: str | RecordFormat) -> Space:
+    """The query quantiser's space: pack's tiles, one block a program (its kernel has no blocks loop)."""
+    return space(check_query_format(fmt)).restrict({"BLOCKS_PER_PROG": (1,), "num_stages": (1,)})
+
+
+# Parameters added to the space after configs were stored without them, with the value that runs
+# those configs as they were tuned (one block a program, nothing pipelined: the kernel before).
+LATER_PARAMS: dict[str, int] = {"BLOCKS_PER_PROG": 1}
+
+
+def upgrade_config(config: Config) -> Config:
+    """A stored config with the parameters it predates filled in (see LATER_PARAMS)."""
+    missing = {k: v for k, v in LATER_PARAMS.items() if k not in config.as_dict()}
+    return Config.from_dict({**config.as_dict(), **missing}) if missing else config
 
 
 def default_config(fmt: str | RecordFormat) -> Config:
@@ -185,8 +209,8 @@ class PackSpec(FamilySpec):
                 if b != dflt["backend"] and backend_legality(key.formats[0], b, target) is None]
 
     def space(self, key: ProblemKey) -> Space:
-        is_query_key(key)  # the same space for both destinations: the same tiles of the same records
-        return space(key.formats[0])
+        # The same tiles of the same records for both destinations; the query's kernel has no blocks loop.
+        return query_space(key.formats[0]) if is_query_key(key) else space(key.formats[0])
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
         return list(QUERY_BUCKETS if is_query_key(key) else PACK_BUCKETS)

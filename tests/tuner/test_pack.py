@@ -48,9 +48,13 @@ def test_pack_matches_reference(fmt: str, dtype: torch.dtype, page_size: int, ta
     expected = alloc_cache(fmt, pages, page_size, fill=0xA5)
     write_slots(expected, quantize(x.cpu(), fmt), slots.cpu(), fmt, page_size)
     for backend in _legal_backends(fmt, target_name):
-        # The default, and a layout with a partial token block and a row split across 2 programs.
+        # The default, and a layout with a partial token block and a row split across 2 programs
+        # (stored as configs were before BLOCKS_PER_PROG: upgraded to one block a program).
         split = Config.of(backend="soft", BLOCK_T=16, TILES_PER_PROG=max(1, nt_pad(FORMATS[fmt]) // 2), num_warps=2, num_stages=1)
-        for cfg in (default_config(fmt), split):
+        cfgs = [default_config(fmt), split]
+        if page_size == 64:  # programs of 8 pipelined blocks, the last program's partly past the end
+            cfgs.append(default_config(fmt).replace(BLOCK_T=4, BLOCKS_PER_PROG=8, num_stages=2, num_warps=1))
+        for cfg in cfgs:
             cfg = cfg.replace(backend=backend)
             cache = alloc_cache(fmt, pages, page_size, device=device, fill=0xA5)
             pack(x, slots, cache, fmt, page_size, cfg)
@@ -187,6 +191,42 @@ def test_cvt_backend_is_the_hardware_conversion_with_fewer_instructions() -> Non
         assert cvt < 0.8 * soft, (fmt, soft, cvt)
 
 
+def test_pipelined_blocks_load_ahead_through_shared_memory() -> None:
+    # Static, on the CPU: with num_stages > 1 the blocks loop is software-pipelined on sm_90, its
+    # loads turned into cp.async (LDGSTS) into shared memory; one stage loads into registers.
+    got = _compiled_in_child("""if True:
+        import json
+        from benchmarks.sass_count import count
+        out = {}
+        for fmt, bt, tiles, warps, b in (("fp8_584", 4, 8, 1, "cvt"), ("nvfp4_288", 4, 32, 2, "swar")):
+            for stages in (1, 2):
+                _, _, ops = count(fmt, bt, tiles, warps, backend=b, blocks=8, stages=stages)
+                out[f"{fmt}.{stages}"] = [ops.get("LDGSTS", 0), ops.get("LDG", 0)]
+        print(json.dumps(out))
+    """)
+    for fmt in ("fp8_584", "nvfp4_288"):
+        (one_async, one_ldg), (two_async, _) = got[fmt + ".1"], got[fmt + ".2"]
+        assert one_async == 0 and one_ldg > 0, (fmt, got)
+        assert two_async > 0, (fmt, got)
+
+
+def test_a_config_stored_before_blocks_per_prog_runs_as_tuned(device: str) -> None:
+    # A config of an older table (no BLOCKS_PER_PROG) is one block a program, as it was tuned;
+    # the upgrade fills only what it lacks.
+    from catalog.families.pack import upgrade_config
+
+    old = {k: v for k, v in default_config("nvfp4_288").as_dict().items() if k != "BLOCKS_PER_PROG"}
+    assert upgrade_config(Config.from_dict(old)) == default_config("nvfp4_288")
+    piped = default_config("nvfp4_288").replace(BLOCKS_PER_PROG=8, num_stages=2)
+    assert upgrade_config(piped) is piped
+    fmt, page, n = "nvfp4_288", 16, 9
+    x = _inputs(fmt, n, torch.bfloat16, seed=4).to(device)
+    slots = torch.arange(n, dtype=torch.int64, device=device)
+    cache = alloc_cache(fmt, 1, page, device=device, fill=0)
+    pack(x, slots, cache, fmt, page, Config.from_dict(old))
+    assert torch.equal(read_slots(cache, slots, fmt, page).cpu(), quantize(x.cpu(), fmt))
+
+
 def test_skipped_slots_leave_cache_untouched(device: str) -> None:
     fmt, page = "nvfp4_288", 16
     x = torch.randn(8, 512).to(device)
@@ -212,10 +252,17 @@ def test_pack_rejects_bad_arguments(device: str) -> None:
 def test_space_is_data() -> None:
     sp = space("nvfp4_288")
     doc = json.loads(json.dumps(sp.to_json()))
-    assert [p["name"] for p in doc] == ["backend", "BLOCK_T", "TILES_PER_PROG", "num_warps", "num_stages"]
+    assert [p["name"] for p in doc] == ["backend", "BLOCK_T", "TILES_PER_PROG", "num_warps", "BLOCKS_PER_PROG", "num_stages"]
     grid = list(sp.grid())
     assert default_config("nvfp4_288") in grid
     assert all(sp.infeasible(c) is None for c in grid)
+    # One block a program, or 8 blocks pipelined over 2 stages: the axis doubles the grid.
+    dflt = default_config("nvfp4_288")
+    assert dflt["BLOCKS_PER_PROG"] == 1 and dflt["num_stages"] == 1
+    assert "pipelined" in sp.infeasible(dflt.replace(num_stages=2))
+    assert "pipelined" in sp.infeasible(dflt.replace(BLOCKS_PER_PROG=8))
+    assert sp.infeasible(dflt.replace(num_stages=2, BLOCKS_PER_PROG=8)) is None
+    assert len(grid) == 2 * sum(1 for c in grid if c["BLOCKS_PER_PROG"] == 1)
     # The fp8 formats' axis is the e4m3 conversion: integer rounding or the hardware's cvt.
     assert space("fp8_528").params[0].choices == ("soft", "cvt") == backends_of("fp8_528")
 
@@ -354,6 +401,8 @@ def test_query_quantiser_rejects_bad_arguments(device: str) -> None:
         quant_query(x, scales=torch.empty(2, 16, 4, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="infeasible"):
         quant_query(x, default_config("mxfp4_68").replace(BLOCK_T=3))
+    with pytest.raises(ValueError, match="BLOCKS_PER_PROG=4 is not among"):  # its kernel has no blocks loop
+        quant_query(x, default_config("mxfp4_68").replace(BLOCKS_PER_PROG=4, num_stages=2))
 
 
 def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
@@ -369,8 +418,13 @@ def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
         pack_key("nvfp4_288", "interp", "query")
     with pytest.raises(ValueError, match="destination"):
         pack_key("mxfp4_68", "interp", "cache")
-    # The same space and variants as the paged mxfp4_68 pack; its own buckets of (token, head) rows.
-    assert FAMILY.space(key).to_json() == space("mxfp4_68").to_json()
+    # The same tiles and variants as the paged mxfp4_68 pack, one block a program (no blocks loop);
+    # its own buckets of (token, head) rows.
+    paged, query = FAMILY.space(pack_key("mxfp4_68", "interp")), FAMILY.space(key)
+    assert [p for p in query.params if p.name not in ("BLOCKS_PER_PROG", "num_stages")] == \
+        [p for p in paged.params if p.name not in ("BLOCKS_PER_PROG", "num_stages")]
+    choices = {p.name: p.choices for p in query.params}
+    assert choices["BLOCKS_PER_PROG"] == choices["num_stages"] == (1,)
     assert FAMILY.buckets(key) == list(QUERY_BUCKETS) and all(b.dim == "N" for b in QUERY_BUCKETS)
     assert FAMILY.bytes_moved(key, QUERY_BUCKETS[0]) == query_bytes("mxfp4_68", 512) == 512 * (256 + 68)
     cfg = FAMILY.default_config(key)

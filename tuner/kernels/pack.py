@@ -12,7 +12,7 @@ import triton
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.pack import (PACK_PAGE_SIZE, QUERY_FORMATS, PackSpec, backend_legality,  # noqa: F401
                                    backends_of, check_query_format, default_config, is_query_key, nt_pad,
-                                   render_query_variant, render_variant, space)
+                                   query_space, render_query_variant, render_variant, space, upgrade_config)
 from catalog.formats import FORMATS, RecordFormat, get_format, page_bytes
 from templates import render as R
 from tuner.formats import QUERY_FORMAT, alloc_cache, quantize, quantize_query, read_slots
@@ -30,10 +30,11 @@ ARG_TYPES: dict[str, str] = {
 }
 
 
-def _checked_config(config: Config | None, f: RecordFormat) -> Config:
-    """The config a launch runs: `config` or the format's default, feasible and runnable here."""
-    cfg = config or default_config(f)
-    why = space(f).infeasible(cfg)
+def _checked_config(config: Config | None, f: RecordFormat, query: bool = False) -> Config:
+    """The config a launch runs: `config` (a stored one upgraded to today's parameters) or the
+    format's default, feasible in the paged or the query space and runnable here."""
+    cfg = upgrade_config(config) if config else default_config(f)
+    why = (query_space(f) if query else space(f)).infeasible(cfg)
     if why:
         raise ValueError(f"infeasible pack config {cfg.to_json()}: {why}")
     illegal = backend_legality(f, cfg["backend"], detect().name)
@@ -74,7 +75,7 @@ def quant_query(
     lead = tuple(x.shape[:-1])
     values = _query_out(values, lead + (f.data_bytes,), x, "values")
     scales = _query_out(scales, lead + (f.scale_bytes,), x, "scales")
-    cfg = _checked_config(config, f)
+    cfg = _checked_config(config, f, query=True)
     rows = x.reshape(-1, f.dims)  # a view where the leading dims allow it, else a copy
     if rows.stride(1) != 1:
         rows = rows.contiguous()
@@ -122,10 +123,11 @@ def pack(
     in_bf16 = x.dtype == torch.bfloat16
     # The kernel reads x as int32 words (a bf16 pair or one fp32) and writes e4m3 pairs as halfwords.
     xw = _words(x)
-    grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
+    grid = (triton.cdiv(n, cfg["BLOCK_T"] * cfg["BLOCKS_PER_PROG"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.pack_kernel[grid](
         xw, slot_mapping, cache, cache.view(torch.int16), n, xw.stride(0), page_size, pb,
         BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=in_bf16,
+        BLOCKS_PER_PROG=cfg["BLOCKS_PER_PROG"], NUM_STAGES=cfg["num_stages"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return cache
@@ -218,7 +220,9 @@ class PackFamily(PackSpec, KernelFamily):
                         rendered=rendered,
                         kernel_name=kernel,
                         signature=kernel_signature(rendered, kernel, ARG_TYPES),
-                        constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True},
+                        constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True,
+                                    **({"BLOCKS_PER_PROG": cfg["BLOCKS_PER_PROG"], "NUM_STAGES": cfg["num_stages"]}
+                                       if kernel == "pack_kernel" else {})},
                         num_warps=cfg["num_warps"],
                         num_stages=cfg["num_stages"],
                         detail=detail,

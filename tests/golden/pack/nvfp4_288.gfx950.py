@@ -120,58 +120,65 @@ def pack_kernel(
     BLOCK_T: tl.constexpr,
     TILES_PER_PROG: tl.constexpr,
     IN_BF16: tl.constexpr,
+    BLOCKS_PER_PROG: tl.constexpr,
+    NUM_STAGES: tl.constexpr,  # the launch's num_stages: loops without a dot are pipelined only when asked
 ):
     pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    in_rows = rows < n_tokens
-    slot = tl.load(slot_ptr + rows, mask=in_rows, other=-1).to(tl.int64)
-    live = slot >= 0
-    slot = tl.where(live, slot, 0)
-    # 64-bit addressing throughout: a KV pool is routinely larger than 2 GiB.
-    page_base = (slot // page_size) * page_bytes
-    off = slot % page_size
-    data_base = page_base + off * DATA_BYTES
-    scale_base = page_base + page_size * DATA_BYTES + off * SCALE_BYTES
-    w_row = rows.to(tl.int64) * stride_w
-
     tiles = pid_c * TILES_PER_PROG + tl.arange(0, TILES_PER_PROG)
     tile_ok = tiles < N_TILES
     k2 = tl.arange(0, TILE // 2)
     pair = tiles[:, None] * (TILE // 2) + k2[None, :]  # pair index within the row
-    m3 = live[:, None, None] & tile_ok[None, :, None]
-    # The rows are loaded by whether they exist, not by their slots: a row whose slot is -1 is read
-    # and not stored, and the loads do not wait for the slots' round trip to DRAM (two in a row
-    # per program otherwise, in a kernel whose programs each make one pass).
-    ld3 = in_rows[:, None, None] & tile_ok[None, :, None]
-    if IN_BF16:
-        w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=ld3, other=0)
-        ev_bits = w << 16  # element 2i: the low half of the word
-        od_bits = w & -65536  # element 2i+1: the high half
-    else:
-        ev_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :], mask=ld3, other=0)
-        od_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :] + 1, mask=ld3, other=0)
+    # A program packs BLOCKS_PER_PROG blocks of BLOCK_T consecutive rows in turn. With num_stages > 1
+    # Triton's pipeliner loads the next blocks' words into shared memory (cp.async on sm_90) while
+    # this one is rounded and stored: loads in flight without registers to hold them, in a kernel
+    # whose few resident warps (a thread holds whole tiles) otherwise wait on every load.
+    for blk in tl.range(0, BLOCKS_PER_PROG, num_stages=NUM_STAGES):
+        rows = (pid_t * BLOCKS_PER_PROG + blk) * BLOCK_T + tl.arange(0, BLOCK_T)
+        in_rows = rows < n_tokens
+        slot = tl.load(slot_ptr + rows, mask=in_rows, other=-1).to(tl.int64)
+        # Rows are loaded by whether they exist, not by their slots: a row whose slot is -1 is
+        # read and not stored, and the loads do not wait for the slots' round trip to DRAM.
+        ld3 = in_rows[:, None, None] & tile_ok[None, :, None]
+        w_row = rows.to(tl.int64) * stride_w
+        if IN_BF16:
+            w = tl.load(xw_ptr + w_row[:, None, None] + pair[None, :, :], mask=ld3, other=0)
+            ev_bits = w << 16  # element 2i: the low half of the word
+            od_bits = w & -65536  # element 2i+1: the high half
+        else:
+            ev_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :], mask=ld3, other=0)
+            od_bits = tl.load(xw_ptr + w_row[:, None, None] + 2 * pair[None, :, :] + 1, mask=ld3, other=0)
 
-    # amax as an integer max of |bits|: positive floats order like their bit patterns, and inf/NaN
-    # sit above every finite value, so one max finds both the scale and a non-finite tile.
-    abs_max = tl.maximum(ev_bits & 0x7FFFFFFF, od_bits & 0x7FFFFFFF)
-    amax_bits = tl.max(abs_max, axis=2)
-    bad = amax_bits >= 0x7F800000
-    amax = tl.where(bad, 0, amax_bits).to(tl.float32, bitcast=True)
-    even = ev_bits.to(tl.float32, bitcast=True)
-    odd = od_bits.to(tl.float32, bitcast=True)
+        live = slot >= 0
+        slot = tl.where(live, slot, 0)
+        # 64-bit addressing throughout: a KV pool is routinely larger than 2 GiB.
+        page_base = (slot // page_size) * page_bytes
+        off = slot % page_size
+        data_base = page_base + off * DATA_BYTES
+        scale_base = page_base + page_size * DATA_BYTES + off * SCALE_BYTES
 
-    # nvfp4: s = e4m3(clamp(amax / 6, 2**-9, 448)); elements e2m1(x / float(s)), IEEE division.
-    sv = tl.minimum(tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)), 0.001953125), 448.0)
-    s_code = _e4m3_encode(sv)
-    s_val = _e4m3_decode(s_code)
-    s_byte = tl.where(bad, 0x7F, s_code)
+        m3 = live[:, None, None] & tile_ok[None, :, None]
 
-    sb = tl.broadcast_to(s_val[:, :, None], even.shape)
-    byte = _e2m1_pack2(tl.math.div_rn(even, sb), tl.math.div_rn(odd, sb))
-    byte = tl.where(bad[:, :, None], 0, byte)
-    d_off = data_base[:, None, None] + pair[None, :, :]
-    tl.store(cache_ptr + d_off, byte.to(tl.uint8), mask=m3)
+        # amax as an integer max of |bits|: positive floats order like their bit patterns, and inf/NaN
+        # sit above every finite value, so one max finds both the scale and a non-finite tile.
+        abs_max = tl.maximum(ev_bits & 0x7FFFFFFF, od_bits & 0x7FFFFFFF)
+        amax_bits = tl.max(abs_max, axis=2)
+        bad = amax_bits >= 0x7F800000
+        amax = tl.where(bad, 0, amax_bits).to(tl.float32, bitcast=True)
+        even = ev_bits.to(tl.float32, bitcast=True)
+        odd = od_bits.to(tl.float32, bitcast=True)
 
-    m2 = live[:, None] & tile_ok[None, :]
-    tl.store(cache_ptr + scale_base[:, None] + tiles[None, :], s_byte.to(tl.uint8), mask=m2)
+        # nvfp4: s = e4m3(clamp(amax / 6, 2**-9, 448)); elements e2m1(x / float(s)), IEEE division.
+        sv = tl.minimum(tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)), 0.001953125), 448.0)
+        s_code = _e4m3_encode(sv)
+        s_val = _e4m3_decode(s_code)
+        s_byte = tl.where(bad, 0x7F, s_code)
+
+        sb = tl.broadcast_to(s_val[:, :, None], even.shape)
+        byte = _e2m1_pack2(tl.math.div_rn(even, sb), tl.math.div_rn(odd, sb))
+        byte = tl.where(bad[:, :, None], 0, byte)
+        d_off = data_base[:, None, None] + pair[None, :, :]
+        tl.store(cache_ptr + d_off, byte.to(tl.uint8), mask=m3)
+
+        m2 = live[:, None] & tile_ok[None, :]
+        tl.store(cache_ptr + scale_base[:, None] + tiles[None, :], s_byte.to(tl.uint8), mask=m2)
