@@ -241,4 +241,3 @@ def test_readme_cluster_section_runs_a_distributed_job_on_two_workers(pg_url: st
     tuned = {e["name"]: e for e in pack["buckets"] if not e["default"]}
     assert set(tuned) == {"N1-4", "N5-64"}
     assert all(e["provenance"]["job_id"] == 1 for e in tuned.values())
-    assert time.monotonic() - t0 < 170
