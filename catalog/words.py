@@ -15,12 +15,15 @@ _COMMON: dict[str, Phrase] = {
     "num_warps": lambda v: f"{v} warp{'s' if v != 1 else ''}",
     "num_stages": lambda v: f"{v} pipeline stage{'s' if v != 1 else ''}",
     "backend": lambda v: {"soft": "e2m1 by integer ops", "ptx": "e2m1 by sm_100 cvt", "gfx950": "e2m1 by gfx950 cvt",
-                          "lut": "e2m1 by PTX byte-permute lookups"}.get(v, f"e2m1 backend {v}"),
+                          "lut": "e2m1 by PTX byte-permute lookups",
+                          "swar": "e2m1 two bf16 elements a 32-bit integer op",
+                          "cvt": "e4m3 by the hardware cvt"}.get(v, f"e2m1 backend {v}"),
 }
 
 _FAMILY: dict[str, dict[str, Phrase]] = {
     "pack": {
-        "BLOCK_T": lambda v: f"{v} token{'s' if v != 1 else ''} a program",
+        "BLOCK_T": lambda v: f"{v} token{'s' if v != 1 else ''} a block",
+        "BLOCKS_PER_PROG": lambda v: "one block a program" if v == 1 else f"{v} blocks a program, pipelined",
         "TILES_PER_PROG": lambda v: f"{v} scale tile{'s' if v != 1 else ''} a program",
     },
     "decode": {
