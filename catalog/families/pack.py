@@ -78,8 +78,9 @@ def space(fmt: str | RecordFormat) -> Space:
             Param("num_warps", (1, 2, 4, 8), warps),
             # One block of BLOCK_T rows a program, or 8 blocks in turn with the next block's words
             # loaded into shared memory while one is rounded (num_stages 2). fp8_584 on sm_90: cvt
-            # 4/8/1 pipelined 450.8 us against 477.0 for the best one-block config; 4 or 16 blocks
-            # and 3 stages were no faster (benchmarks/results/pack_pipelined_h200.md). Two choices,
+            # 4/8/1 pipelined 445.1 us against 492.6 for the best one-block config of the same run
+            # (benchmarks/results/pack_h200_onerun.md); 4 or 16 blocks and 3 stages were no faster
+            # (benchmarks/results/pack_pipelined_h200.md). Two choices,
             # not a grid of them: the axis doubles the space (timing tables, searches) as it is.
             Param("BLOCKS_PER_PROG", (1, 8), 1),
             Param("num_stages", (1, 2), 1),

@@ -43,6 +43,16 @@ def _checked_config(config: Config | None, f: RecordFormat, query: bool = False)
     return cfg
 
 
+def launch_constexprs(cfg: Config, kernel: str, in_bf16: bool = True) -> dict[str, Any]:
+    """The constexprs a launch of `kernel` (pack_kernel or quant_query_kernel) passes for `cfg`:
+    one definition for the launchers and the compile cases, so a cross-compile or warmup of a
+    config builds the binary its launch runs (the blocks loop's stages included)."""
+    out = {"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": in_bf16}
+    if kernel == "pack_kernel":
+        out |= {"BLOCKS_PER_PROG": cfg["BLOCKS_PER_PROG"], "NUM_STAGES": cfg["num_stages"]}
+    return out
+
+
 def _words(x: torch.Tensor) -> torch.Tensor:
     """x's rows as int32 words (a bf16 pair, or one fp32), the way the kernels read them."""
     if x.dtype == torch.bfloat16 and (x.stride(0) % 2 or x.storage_offset() % 2):
@@ -86,8 +96,7 @@ def quant_query(
     xw = _words(rows)
     grid = (triton.cdiv(n, cfg["BLOCK_T"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.quant_query_kernel[grid](
-        xw, values, scales, n, xw.stride(0),
-        BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=rows.dtype == torch.bfloat16,
+        xw, values, scales, n, xw.stride(0), **launch_constexprs(cfg, "quant_query_kernel", rows.dtype == torch.bfloat16),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return values, scales
@@ -126,9 +135,7 @@ def pack(
     grid = (triton.cdiv(n, cfg["BLOCK_T"] * cfg["BLOCKS_PER_PROG"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.pack_kernel[grid](
         xw, slot_mapping, cache, cache.view(torch.int16), n, xw.stride(0), page_size, pb,
-        BLOCK_T=cfg["BLOCK_T"], TILES_PER_PROG=cfg["TILES_PER_PROG"], IN_BF16=in_bf16,
-        BLOCKS_PER_PROG=cfg["BLOCKS_PER_PROG"], NUM_STAGES=cfg["num_stages"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **launch_constexprs(cfg, "pack_kernel", in_bf16), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return cache
 
@@ -185,15 +192,15 @@ class PackFamily(PackSpec, KernelFamily):
         return f"{int(bad.sum())} of {len(bad)} records checked differ from the reference" if bad.any() else None
 
     def compile_case(self, key: ProblemKey, config: Config) -> XCompileCase | None:
-        """The query quantiser's exact case (its kernel is not pack_kernel, so the case derived from
-        the table by format would be the wrong one); paged pack keys derive theirs (None)."""
-        if not is_query_key(key):
-            return None
+        """The exact case of a config: its kernel (the query quantiser's is not pack_kernel) with
+        the constexprs its launch passes (NUM_STAGES follows num_stages, which a case derived by
+        parameter name would miss)."""
+        kernel = "quant_query_kernel" if is_query_key(key) else "pack_kernel"
+        config = upgrade_config(config)
         rendered = self.render(key, config)
         return XCompileCase(
-            variant=self.variant_of(config), rendered=rendered, kernel_name="quant_query_kernel",
-            signature=kernel_signature(rendered, "quant_query_kernel", ARG_TYPES),
-            constexprs={"BLOCK_T": config["BLOCK_T"], "TILES_PER_PROG": config["TILES_PER_PROG"], "IN_BF16": True},
+            variant=self.variant_of(config), rendered=rendered, kernel_name=kernel,
+            signature=kernel_signature(rendered, kernel, ARG_TYPES), constexprs=launch_constexprs(config, kernel),
             num_warps=config["num_warps"], num_stages=config["num_stages"], detail="+".join(key.formats),
         )
 
@@ -220,9 +227,7 @@ class PackFamily(PackSpec, KernelFamily):
                         rendered=rendered,
                         kernel_name=kernel,
                         signature=kernel_signature(rendered, kernel, ARG_TYPES),
-                        constexprs={"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": True,
-                                    **({"BLOCKS_PER_PROG": cfg["BLOCKS_PER_PROG"], "NUM_STAGES": cfg["num_stages"]}
-                                       if kernel == "pack_kernel" else {})},
+                        constexprs=launch_constexprs(cfg, kernel),
                         num_warps=cfg["num_warps"],
                         num_stages=cfg["num_stages"],
                         detail=detail,
