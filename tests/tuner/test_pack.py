@@ -432,9 +432,10 @@ def test_query_key_space_buckets_and_family_protocol(device: str) -> None:
     assert FAMILY.render(key, cfg).source_hash != FAMILY.render(pack_key("mxfp4_68", "interp"), cfg).source_hash
     case = FAMILY.compile_case(key, cfg)
     assert case is not None and case.kernel_name == "quant_query_kernel" and case.detail == "mxfp4_68+query"
-    paged = FAMILY.compile_case(pack_key("mxfp4_68", "interp"), cfg.replace(BLOCKS_PER_PROG=8, num_stages=2))
-    assert paged is not None and paged.kernel_name == "pack_kernel" and paged.detail == "mxfp4_68"
-    assert paged.num_stages == 2 and paged.constexprs["NUM_STAGES"] == 2 and paged.constexprs["BLOCKS_PER_PROG"] == 8
+    # A paged config's case is exact too: its kernel, and the stages its launch passes as NUM_STAGES.
+    piped = FAMILY.compile_case(pack_key("mxfp4_68", "interp"), cfg.replace(BLOCKS_PER_PROG=8, num_stages=2))
+    assert piped is not None and piped.kernel_name == "pack_kernel" and piped.detail == "mxfp4_68"
+    assert piped.num_stages == 2 and piped.constexprs["NUM_STAGES"] == 2 and piped.constexprs["BLOCKS_PER_PROG"] == 8
     assert make_key("pack", "interp", formats=["mxfp4_68", "query"]) == key  # what the CLI and the API build
     with pytest.raises(ValueError, match="queries are quantised to"):
         make_key("pack", "interp", formats=["fp8_528", "query"])
