@@ -80,9 +80,9 @@ def sweep(fmt: str, n: int, page: int, copy_bw: float, max_configs: int, backend
     for c in cfgs:
         try:
             # CUDA-graph replay, as engines run the writer: do_bench times plain launches, and pack's
-            # host side (~0.1-0.3 ms of Python a call) lands inside its timing window whenever it
-            # outlasts do_bench's cache flush -- 1.1-2.9x on the small-record formats' ~100 us
-            # (results/pack_spread/, 2026-12-03).
+            # host side (0.3-0.6 ms of Python a call outside graphs, results/runtime_h200.md) lands
+            # in its timing window wherever it outlasts the cache flush queued before: 1.1-3.3x on
+            # the small-record formats' ~100 us (results/pack_spread/, 2026-12-03).
             us = time_us(lambda c=c: pack(x, slots, cache, fmt, page, c), graph=True, rep=100)
         except Exception as e:  # a config that fails to compile is a row, not the end of the sweep
             rows.append({"config": c.as_dict(), "error": f"{type(e).__name__}: {e}"[:200]})

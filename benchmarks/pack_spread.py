@@ -1,6 +1,6 @@
 """Where the small-record formats' pack times spread (issue 26 notes: mxfp4_68 and fp8_132 took
 up to 2x longer in some processes): one config timed by do_bench and by CUDA-graph replay, on
-several fresh allocations of the same inputs in one process, beside the host-to-device placement.
+several fresh allocations of the same inputs in one process, with each allocation's device address.
 
     python3 benchmarks/pack_spread.py mxfp4_68 backend=swar,BLOCK_T=16 --allocs 4 --out $OUT
 """
