@@ -218,11 +218,15 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
 
 
 # fp8_528: a chunk of 128 dims is 4 scale tiles of 32 bytes a key, as
-# [keys, tiles, bytes]; a thread takes 16 contiguous bytes of a key.
+# [keys, tiles, bytes]; a thread takes 8 contiguous bytes of a key, whose 8 bf16 are one 16-byte
+# unit of the K chunk: a warp's st.shared then covers whole 128-byte rows of the NVMMA swizzle
+# (2 keys x 2 halves of the chunk), where 16 bytes a thread (two units, the first of each thread
+# in the same banks for both halves) took twice its ideal wavefronts (Nsight Compute,
+# benchmarks/results/ncu_decode_wgmma_stalls_h200.md). 2-4% faster (decode_kstore_ab_h200.md).
 # (Every layout takes the kernel's warps, nw, along the keys.)
 @gluon.constexpr_function
 def _comp_l3(nw):
-    return gl.BlockedLayout([1, 1, 16], [4, 4, 2], [nw, 1, 1], [2, 1, 0])
+    return gl.BlockedLayout([1, 1, 8], [2, 4, 4], [nw, 1, 1], [2, 1, 0])
 
 
 # The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8
