@@ -52,7 +52,9 @@ def test_sigterm_to_the_active_participant_the_done_one_publishes(db: Database, 
     and waits while A is mid-trial; then A gets SIGTERM."""
     job_id = jobs.submit(db, jobs.JobSpec(key=KEY, buckets=(Bucket("N", 1, 4),), trials=4, distributed=True)).id
     env = {"KVTUNE_WORKER_TUNE": "tests.service.fake_tune:tune", "KVTUNE_POLL_S": "0.1"}
-    a = start_worker(db_url, tmp_path / "a.log", "--lease", "10", KVTUNE_FAKE_TRIAL_S="3", **env)
+    # A's trial is long (8 s) so that B's start and its three fast trials fit inside it even on a
+    # loaded 2-core machine (at 3 s, a CI run under load saw A finish before B was done).
+    a = start_worker(db_url, tmp_path / "a.log", "--lease", "10", KVTUNE_FAKE_TRIAL_S="8", **env)
     b = None
     try:
         wait_for(lambda: len(queue.participants(db, job_id)) == 1, 60, "worker A to claim the job")
