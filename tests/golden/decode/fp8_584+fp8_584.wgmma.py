@@ -230,11 +230,11 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scal
 
 
 # fp8_584: a chunk of 128 dims is 2 scale tiles of 64 bytes a key, as
-# [keys, tiles, bytes]; a thread takes 8 contiguous bytes of a key, whose 8 bf16 are one 16-byte
-# unit of the K chunk: a warp's st.shared then covers whole 128-byte rows of the NVMMA swizzle
-# (2 keys x 2 halves of the chunk), where 16 bytes a thread (two units, the first of each thread
-# in the same banks for both halves) took twice its ideal wavefronts (Nsight Compute,
-# benchmarks/results/ncu_decode_wgmma_stalls_h200.md). 2-4% faster (decode_kstore_ab_h200.md).
+# [keys, tiles, bytes]; a thread takes 8 contiguous bytes of a key.
+# 8 e4m3 bytes make 8 bf16, one 16-byte unit of the K chunk, so a warp's st.shared covers whole
+# 128-byte rows of the NVMMA swizzle; at 16 bytes a thread (two units, each thread's first in the
+# same banks for both halves of the chunk) every store took twice its ideal wavefronts
+# (benchmarks/results/ncu_decode_wgmma_stalls_h200.md; 2-4% slower: decode_kstore_ab_h200.md).
 # (Every layout takes the kernel's warps, nw, along the keys.)
 @gluon.constexpr_function
 def _comp_l3(nw):
