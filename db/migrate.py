@@ -7,6 +7,8 @@ of them migrates and the others find the schema at head.
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
 
 from alembic import command
@@ -49,16 +51,22 @@ def _run(db: Database, fn_name: str, revision: str) -> None:
         getattr(command, fn_name)(cfg, revision)
 
 
-def upgrade(db: Database, revision: str = "head") -> None:
-    for i in range(5):
+def upgrade(db: Database, revision: str = "head", *, attempts: int = 8) -> None:
+    """Migrate to `revision`, retrying a dropped connection or a busy database with backoff (a
+    worker starting while the database fails over must not exit: each attempt is one transaction,
+    so a lost one leaves nothing half-done)."""
+    delay = 0.1
+    for i in range(attempts):
         try:
             _run(db, "upgrade", revision)
             return
         except Exception as e:  # noqa: BLE001 - classified just below
-            if not is_retryable(e) or i == 4:
+            if not is_retryable(e) or i == attempts - 1:
                 if is_retryable(e):
                     raise DatabaseUnavailable(f"could not migrate: {e}") from e
                 raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)
 
 
 def downgrade(db: Database, revision: str = "base") -> None:

@@ -170,14 +170,21 @@ class Worker:
     def _init_optuna_storage(self) -> None:
         """Create Optuna's tables before the first job (`tuner.search.prepare_storage` says why): two
         workers racing on a fresh PostgreSQL would fail the job they were starting; here the loser
-        simply retries and finds the tables made."""
+        simply retries and finds the tables made. Never fatal: a database that drops the
+        connection through every try (Optuna's `StorageInternalError` wraps the driver's error, so
+        it is not a SQLAlchemyError; a CI run lost a worker to one) leaves the tables to the first
+        job's storage, which retries them itself."""
         from sqlalchemy.exc import SQLAlchemyError
 
         for i in range(5):
             try:
                 search.prepare_storage(self.db.optuna_storage_url())
                 return
-            except SQLAlchemyError as e:
+            except Exception as e:  # noqa: BLE001 - classified: transient ones are retried, none ends the worker
+                if not (isinstance(e, SQLAlchemyError) or study_storage.is_transient(e)):
+                    log.warning("%s: could not initialise Optuna's storage (%s: %s); jobs will try again",
+                                self.owner, type(e).__name__, e)
+                    return
                 log.info("%s: Optuna storage not ready (%s); retrying", self.owner, type(e).__name__)
                 self.stop.wait(0.2 * (i + 1))
         log.warning("%s: could not initialise Optuna's storage; jobs will try again", self.owner)
@@ -217,8 +224,9 @@ class Worker:
                         self._give_back(lease, f"database connection lost: {type(e).__name__}: {e}")
                     else:
                         queue.fail(self.db, lease, f"worker error: {type(e).__name__}: {e}")
-                except DomainError:
-                    pass  # the database is unreachable: the lease expires and the job is re-queued
+                except Exception as e2:  # noqa: BLE001 - the lease expires and the job is re-queued
+                    log.warning("%s: job %d: could not hand the job back (%s: %s); its lease will expire",
+                                owner, lease.job_id, type(e2).__name__, e2)
             with self._count:
                 self.jobs_run += 1
             idle_since = time.monotonic()

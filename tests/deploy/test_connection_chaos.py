@@ -62,7 +62,7 @@ def test_ten_jobs_succeed_while_the_database_drops_every_connection(scratch_pg: 
         assert {j: v.status for j, v in final.items()} == {j: "succeeded" for j in ids}, (
             {j: (v.status, v.error) for j, v in final.items() if v.status != "succeeded"}, logs)
         assert killer.rounds >= 3 and killer.killed > 0, (killer.rounds, killer.killed)
-        assert alive == [True, True]  # the workers rode it out
+        assert alive == [True, True], logs  # the workers rode it out
         # Exactly one active config per (key, bucket), however many jobs of the key published.
         active = db.run(lambda s: s.execute(select(KernelConfig.key_slug, KernelConfig.bucket, func.count())
                                             .where(KernelConfig.active.is_(True))

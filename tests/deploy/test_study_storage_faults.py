@@ -99,3 +99,25 @@ def test_a_distributed_participant_that_loses_its_connection_leaves_the_job(db: 
     j = jobs.get(db, job_id)
     assert (j.status, j.attempt, j.expired_leases) == ("queued", 1, 0), j.error
     assert {p["owner"]: p["status"] for p in queue.participants(db, job_id)} == {worker.owner: "left"}
+
+
+def test_a_worker_starting_while_connections_drop_keeps_running(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI run lost a worker process at start: creating Optuna's tables under the chaos test's
+    killer raised `StorageInternalError` (Optuna wraps the driver's error, so it is no
+    SQLAlchemyError), which ended `kvtune worker`. Now every try is retried, none is fatal, and the
+    worker goes on to claim jobs (the first job's storage creates the tables then)."""
+    from kvtune import worker as worker_mod
+
+    calls: list[int] = []
+
+    def dropping(url: str) -> None:
+        calls.append(1)
+        raise _lost_connection()
+
+    monkeypatch.setattr(worker_mod.search, "prepare_storage", dropping)
+    job_id = jobs.submit(db, jobs.JobSpec(key=KEY, buckets=(B,), trials=4)).id
+    worker = Worker(db, arch="interp", tune=_dropping_tune, lease_s=30, poll_s=0.05)
+    assert worker.run(once=True) == 0
+    assert len(calls) == 5  # every try made, then on to the queue
+    j = jobs.get(db, job_id)  # the job was claimed and run (and, its tune losing the database, given back)
+    assert (j.status, j.attempt) == ("queued", 1) and j.error.startswith("released: database connection lost")
