@@ -68,14 +68,14 @@ for phase in "$@"; do
     done
     ;;
   heads-table)  # issue 28's table: H = 16, 32, 64, 128 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
-    # the default, the wgmma path with one and two warpgroups and heads on M (pairs of one record
-    # format), and the Triton tile's measured winners
+    # the default, the wgmma path with one and two warpgroups, heads on M and warp-specialised
+    # (pairs of one record format), and the Triton tile's measured winners
     hs=(${HEADS:-16 32 64 128})
     for i in "${!hs[@]}"; do
       h=${hs[$i]}; share=$(( ($(left) - 5) / (${#hs[@]} - i) ))
       timeout $share python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks --budget-s $(( share - 30 )) \
         --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
-        --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" \
+        --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" --pick "MMA=wgmma_ws" --pick "MMA=wgmma_ws,NUM_SPLITS=1" \
         --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"

@@ -28,7 +28,10 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
     },
     "decode": {
         "MMA": lambda v: {"heads_m": "heads on the MMA's M side", "keys_m": "keys on the MMA's M side",
-                          "wgmma": "sm_90 warpgroup-MMA kernel (Gluon)"}.get(v, f"MMA {v}"),
+                          "wgmma": "sm_90 warpgroup-MMA kernel (Gluon)",
+                          "wgmma_hm": "sm_90 warpgroup-MMA kernel, 64 heads on the MMA's M side",
+                          "wgmma_ws": "sm_90 warpgroup-MMA kernel, warp-specialised (a producer warpgroup dequantizes)",
+                          }.get(v, f"MMA {v}"),
         "BLOCK_N": lambda v: f"{v}-key tiles",
         "NUM_SPLITS": lambda v: "splits chosen by T and the SM count" if v == 0 else f"{v} split{'s' if v != 1 else ''}",
         "LISTS": lambda v: {"both": "each program walks both key lists", "apart": "each program one list's chunk",

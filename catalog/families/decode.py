@@ -46,11 +46,20 @@ WGMMA_MERGE_BACKEND = "soft"
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
                                "PREFETCH": 0, "num_stages": 1}
 
-# The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N)
-# and "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized
-# once per 64 heads; two warpgroups; lists of one record format: `wgmma_hm_reads`). One template
-# renders both kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm")
+# The warp-specialised build (MMA=wgmma_ws, decode_wgmma_ws_kernel): "wgmma"'s one warpgroup of 16
+# heads as the consumer (MMAs, softmax), beside a producer warpgroup that gathers each tile by
+# cp.async and dequantizes it into the other of two K buffers, so the next tile's conversion runs
+# under this tile's MMAs. Lists of one record format (`wgmma_ws_reads`: the second K buffer takes
+# the room of one list's stage buffers). A program of one tile has nothing to overlap (T=1: the
+# one-warpgroup build stays ahead); past a few tiles a program it wins (benchmarks/results/ws_proto/).
+WGMMA_WS_WARPS = 4  # the consumer's; the producer's four come with the warp-specialised region
+WGMMA_WS_PRODUCER_REGS = 168  # a producer thread's registers (setmaxnreg; the template's WS_PRODUCER_REGS)
+
+# The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
+# "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
+# per 64 heads; two warpgroups; lists of one record format: `wgmma_hm_reads`) and "wgmma_ws" (the
+# warp-specialised build above). One template renders the three kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws")
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -134,6 +143,9 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
                 return ("the heads-on-M build reads lists of one record format (a 64-head query beside two "
                         "lists' stage buffers would not fit)")
+            if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
+                return ("the warp-specialised build reads lists of one record format (its second K buffer "
+                        "takes the room of the other list's stage buffers)")
             want = wgmma_config(c)
             off = [k for k, v in want.as_dict().items() if c[k] != v]
             return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
@@ -217,11 +229,14 @@ def wgmma_config(cfg: Config) -> Config:
     parameters the path fixes (WGMMA_FIXED; the backend axis at its default, "soft": the kernel's
     e2m1 lookups are its own). It keeps its split count (NUM_SPLITS, see `wgmma_plan`) and, if it
     is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
-    WGMMA_HM_WARPS); another config comes onto the path with the seed's 4."""
+    WGMMA_HM_WARPS, the warp-specialised one WGMMA_WS_WARPS); another config comes onto the path
+    with the seed's 4."""
     if not is_wgmma(cfg):
         mma, warps = "wgmma", WGMMA_WARPS
     elif cfg["MMA"] == "wgmma_hm":
         mma, warps = "wgmma_hm", WGMMA_HM_WARPS
+    elif cfg["MMA"] == "wgmma_ws":
+        mma, warps = "wgmma_ws", WGMMA_WS_WARPS
     else:
         mma, warps = "wgmma", cfg["num_warps"]
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
@@ -272,6 +287,21 @@ def wgmma_hm_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
     c, w = get_format(comp_fmt), get_format(win_fmt)
     return c.name == w.name and c.name in WGMMA_FORMATS and \
         wgmma_hm_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+
+
+def wgmma_ws_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
+    """Shared memory of a warp-specialised program: the one-warpgroup build's buffers at 16 heads,
+    a second tile's four K chunks, and 64 bytes of the four mbarriers and the region's own (the
+    compiler's count beyond the buffers was 548 bytes, the one-warpgroup build's up to 512)."""
+    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HEADS) + 4 * WGMMA_BLOCK_N * 128 * 2 + 64
+
+
+def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
+    """Whether the warp-specialised build reads this pair: one record format for both lists (they
+    take the stage buffers in turn) and its shared memory within sm_90's limit."""
+    c, w = get_format(comp_fmt), get_format(win_fmt)
+    return c.name == w.name and c.name in WGMMA_FORMATS and \
+        wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
@@ -346,7 +376,8 @@ class DecodeSpec(FamilySpec):
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second
         (and, above 16 heads, its two-warpgroup build third; above 32, where it reads the pair, the
-        heads-on-M build fourth), since a few TPE trials may not draw it (8 trials of a T=1 tune
+        heads-on-M build fourth; with lists of one record format, the warp-specialised build
+        last), since a few TPE trials may not draw it (8 trials of a T=1 tune
         did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
@@ -356,6 +387,10 @@ class DecodeSpec(FamilySpec):
         # More than a two-warpgroup program's 32: 64 heads a program on M.
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
+        # Lists of one record format: the warp-specialised build, last (it wins on programs of
+        # several tiles, and loses at one: the search sees both).
+        if wgmma_ws_reads(*key.formats):
+            seeds.append(wgmma_config(seed.replace(MMA="wgmma_ws")))
         return seeds
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:

@@ -303,6 +303,7 @@ def test_xcompile_table_matches_the_issue() -> None:
         for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "fp8_584+fp8_584", "nvfp4_288+fp8_528 split"):
             assert ("wgmma", pair, t) in seen
         assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", t) in seen  # MMA=wgmma_hm
+        assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", t) in seen  # MMA=wgmma_ws
         assert ("soft", "combine pdl", t) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
@@ -685,6 +686,27 @@ def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
         run_decode("nvfp4_288", "fp8_528", _wgmma("nvfp4_288", "fp8_528"), inp)
 
 
+def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared: int) -> dict[str, str]:
+    """`benchmarks/static_profile.py` of one wgmma build, compiled on the CPU for sm_90 (in a
+    process without TRITON_INTERPRET), checked as every wgmma build must be: no spills, at most
+    255 registers, shared memory from `predicted_shared` to that plus the compiler's slack (and
+    within sm_90's opt-in limit), records by cp.async (LDGSTS), MMAs by wgmma. Its row."""
+    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", cfg_text],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
+    got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
+    assert got["config"] == cfg_text, out
+    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
+    assert predicted_shared <= int(got["shared_bytes"]) <= predicted_shared + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, \
+        (predicted_shared, out)
+    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
+    return got
+
+
 @pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
 def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tuple[str, str], warps: int) -> None:
@@ -695,23 +717,11 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
     # `wgmma_shared_bytes` predicts it, the records travel by cp.async (LDGSTS), and the
     # registers hold without spilling, as the H200 timings in
     # benchmarks/results/decode_cp_async.md assume.
-    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
+    from catalog.families.decode import wgmma_heads, wgmma_shared_bytes
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
-    cfg_text = "MMA=wgmma" + (f",num_warps={warps}" if warps != 4 else "")
-    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", cfg_text],
-                         env=env, capture_output=True, text=True, check=True).stdout
-    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
-    cols, row = [c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]
-    got = dict(zip(cols, row))
-    assert got["config"] == cfg_text, out
-    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
-    assert 0 < int(got["shared_bytes"]) <= SM90_SHARED_MAX, out
     hb = wgmma_heads(_wgmma(*pair).replace(num_warps=warps), 64, *pair)
-    predicted = wgmma_shared_bytes(*pair, hb)
-    assert predicted <= int(got["shared_bytes"]) <= predicted + WGMMA_SHARED_SLACK, (hb, predicted, out)
-    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
+    _sm90_static_profile(pair, "MMA=wgmma" + (f",num_warps={warps}" if warps != 4 else ""),
+                         wgmma_shared_bytes(*pair, hb))
 
 
 def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
@@ -731,8 +741,8 @@ def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device
     assert SPEC.variant_of(hm) == "wgmma" and SPEC.render(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm).source
     seeds = {h: [c["MMA"] for c in SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90", h), "sm_90")]
              for h in (16, 32, 64, 128)}
-    assert seeds == {16: ["wgmma"], 32: ["wgmma", "wgmma"], 64: ["wgmma", "wgmma", "wgmma_hm"],
-                     128: ["wgmma", "wgmma", "wgmma_hm"]}
+    assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma_ws"],
+                     64: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"], 128: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"]}
     assert "wgmma_hm" not in [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64),
                                                                    "sm_90")]
     assert SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "gfx950", 64), "gfx950") == []
@@ -751,24 +761,89 @@ def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill() -> None:
     # compiled on the CPU for sm_90 as test_wgmma_kernel_fits_sm90... does: within the registers
     # and the opt-in shared memory, as `wgmma_hm_shared_bytes` predicts it, records by cp.async.
     # The V4 record pair (the fp8_528 pair's build: 243 registers, 207 KB, no spills; static, 2026-12-02).
-    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_hm_reads, wgmma_hm_shared_bytes
+    from catalog.families.decode import wgmma_hm_reads, wgmma_hm_shared_bytes
 
     pair = ("fp8_584", "fp8_584")
     assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("nvfp4_288", "fp8_528")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
-    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", "MMA=wgmma_hm"],
-                         env=env, capture_output=True, text=True, check=True).stdout
-    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
-    got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
-    assert got["config"] == "MMA=wgmma_hm", out
-    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
-    predicted = wgmma_hm_shared_bytes(*pair)
-    assert predicted <= int(got["shared_bytes"]) <= predicted + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, (predicted, out)
-    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
+    _sm90_static_profile(pair, "MMA=wgmma_hm", wgmma_hm_shared_bytes(*pair))
+
+
+def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
+    # MMA=wgmma_ws: lists of one record format, one consumer warpgroup (its warps fixed at 4), the
+    # path's fixed parameters; seeded last where it reads the pair; refused for a mixed pair and
+    # off sm_90.
+    from catalog.families.decode import (SM90_SHARED_MAX, SPEC, WGMMA_SHARED_SLACK, WGMMA_WS_WARPS,
+                                         wgmma_shared_bytes, wgmma_ws_reads, wgmma_ws_shared_bytes)
+
+    ws = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_ws"))
+    assert ws["MMA"] == "wgmma_ws" and ws["num_warps"] == WGMMA_WS_WARPS and ws["BLOCK_N"] == 64
+    assert wgmma_config(ws.replace(num_warps=8)) == ws
+    for pair in (("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288")):
+        assert wgmma_ws_reads(*pair) and space(*pair).infeasible(wgmma_config(default_config(*pair).replace(
+            MMA="wgmma_ws"))) is None, pair
+        # A second tile's four bf16 K chunks beside the one-warpgroup build's buffers, within the limit.
+        assert wgmma_ws_shared_bytes(*pair) == wgmma_shared_bytes(*pair, 16) + 4 * 64 * 128 * 2 + 64
+        assert wgmma_ws_shared_bytes(*pair) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+    assert not wgmma_ws_reads("nvfp4_288", "fp8_528")
+    assert "one record format" in space("nvfp4_288", "fp8_528").infeasible(
+        wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_ws")))
+    assert "num_warps=4" in space("fp8_584", "fp8_584").infeasible(ws.replace(num_warps=8))
+    assert SPEC.variant_of(ws) == "wgmma" and "decode_wgmma_ws_kernel" in SPEC.render(
+        decode_key("fp8_584", "fp8_584", "sm_90"), ws).source
+    assert "wgmma_ws" not in [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90"), "sm_90")]
+    inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 16, 40, 20, device, seed=3)
+    with pytest.raises(ValueError, match="one record format"):
+        run_decode("nvfp4_288", "fp8_528", wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_ws")),
+                   inp)
+    if not _SM90:
+        inp = make_decode_inputs("fp8_584", "fp8_584", 2, 16, 40, 20, device, seed=3)
+        with pytest.raises(ValueError, match="wgmma"):
+            run_decode("fp8_584", "fp8_584", ws, inp)
+
+
+def test_wgmma_ws_build_fits_sm90_and_does_not_spill() -> None:
+    # The warp-specialised build, compiled on the CPU for sm_90: no spills in either partition
+    # (the producer's 168 registers by setmaxnreg), shared memory as `wgmma_ws_shared_bytes`
+    # predicts it (the V4 pair: 231972 bytes of 232448, 2026-12-03), records by cp.async, MMAs by wgmma.
+    from catalog.families.decode import wgmma_ws_shared_bytes
+
+    pair = ("fp8_584", "fp8_584")
+    _sm90_static_profile(pair, "MMA=wgmma_ws", wgmma_ws_shared_bytes(*pair))
 
 
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288")],
+                         ids=lambda p: "+".join(p))
+def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
+    """The warp-specialised build (MMA=wgmma_ws) at 16, 24 and 64 heads, T = 1, 8, 64, one program a
+    token and several (programs of one tile to all of a token's), with and without sink, a token
+    whose lists are all -1, ragged -1 slots; then an odd shape with pages of 16 and 8, and of 48
+    and 24. Outputs poisoned before each run, checked against the float64 reference."""
+    comp, win = pair
+    ws = wgmma_config(default_config(comp, win).replace(MMA="wgmma_ws"))
+    for heads in (16, 24, 64):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            inp["topk_idx"][0, 100:140] = -1
+            for splits, sink in ((0, True), (1, False), (4, True), (16, False)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                _poison(i)
+                out = run_decode(comp, win, ws.replace(NUM_SPLITS=splits), i)
+                why = verify_decode(comp, win, i, out)
+                assert why is None, (heads, t, splits, sink, why)
+                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
+    for page, win_page in ((16, 8), (48, 24)):
+        inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=page, win_page_size=win_page)
+        inp["topk_idx"][1] = -1
+        inp["window_idx"][1] = -1
+        for splits in (0, 1, 2):
+            _poison(inp)
+            assert verify_decode(comp, win, inp, run_decode(comp, win, ws.replace(NUM_SPLITS=splits), inp)) is None, page
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

@@ -368,8 +368,9 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
     # The V4 record pair is seeded too (the wgmma path reads fp8_584); a pair it cannot read is not.
     from catalog.families.decode import default_config as decode_default
 
+    v4 = wgmma_config(decode_default("fp8_584", "fp8_584"))
     assert fam.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == \
-        [wgmma_config(decode_default("fp8_584", "fp8_584"))]
+        [v4, wgmma_config(v4.replace(MMA="wgmma_ws"))]  # and its warp-specialised build (lists of one format)
     assert fam.seed_configs(decode_key("fp8_528", "fp8_584", "sm_90"), "sm_90") == []  # no room for two lists' buffers
     b = Bucket("T", 1, 1)
     table = new_table(key, "decode", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())

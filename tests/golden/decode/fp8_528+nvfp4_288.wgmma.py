@@ -4,7 +4,7 @@
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 D = gl.constexpr(512)
 BLOCK_N = gl.constexpr(64)  # keys a tile: one wgmma M block
@@ -178,16 +178,16 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 
 
 @gluon.jit
-def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
             s_l: gl.constexpr, o_l: gl.constexpr):
     # One tile (in kv_smem) into the online softmax. MMA 1, async over the four chunks:
     # S^T[64, heads] = sum_c K_c q_c^T.
     fence_async_shared()
     gl.thread_barrier()
-    s = warpgroup_mma(kv_smem.index(z), q_smem.index(z).permute((1, 0)),
+    s = warpgroup_mma(kv_smem.index(kz), q_smem.index(z).permute((1, 0)),
                       gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
-        s = warpgroup_mma(kv_smem.index(z + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kv_smem.index(kz + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
@@ -208,10 +208,10 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
-    o0 = warpgroup_mma(kv_smem.index(z).permute((1, 0)), pT, o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(kv_smem.index(z + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(kv_smem.index(z + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(kv_smem.index(z + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(kv_smem.index(kz).permute((1, 0)), pT, o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(kv_smem.index(kz + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(kv_smem.index(kz + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(kv_smem.index(kz + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -327,7 +327,7 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 3, L3)
         kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
@@ -445,7 +445,7 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, u, 3, L3)
         kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn

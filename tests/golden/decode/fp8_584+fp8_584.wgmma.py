@@ -4,7 +4,7 @@
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 D = gl.constexpr(512)
 BLOCK_N = gl.constexpr(64)  # keys a tile: one wgmma M block
@@ -156,16 +156,16 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 
 
 @gluon.jit
-def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
             s_l: gl.constexpr, o_l: gl.constexpr):
     # One tile (in kv_smem) into the online softmax. MMA 1, async over the four chunks:
     # S^T[64, heads] = sum_c K_c q_c^T.
     fence_async_shared()
     gl.thread_barrier()
-    s = warpgroup_mma(kv_smem.index(z), q_smem.index(z).permute((1, 0)),
+    s = warpgroup_mma(kv_smem.index(kz), q_smem.index(z).permute((1, 0)),
                       gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
-        s = warpgroup_mma(kv_smem.index(z + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kv_smem.index(kz + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
@@ -186,16 +186,16 @@ def _attend(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_l
     # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
-    o0 = warpgroup_mma(kv_smem.index(z).permute((1, 0)), pT, o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(kv_smem.index(z + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(kv_smem.index(z + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(kv_smem.index(z + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(kv_smem.index(kz).permute((1, 0)), pT, o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(kv_smem.index(kz + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(kv_smem.index(kz + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(kv_smem.index(kz + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
 
 @gluon.jit
-def _attend_hm(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
                s_l: gl.constexpr, o_l: gl.constexpr):
     # _attend with the heads on M (decode_wgmma_hm_kernel): MMA 1 S[64 heads, 64 keys] =
     # sum_c q_c K_c^T (the query chunk the A operand, the K chunk read transposed as B); the
@@ -203,10 +203,10 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scal
     # shared memory as A, the K chunk as B with its dims contiguous).
     fence_async_shared()
     gl.thread_barrier()
-    s = warpgroup_mma(q_smem.index(z), kv_smem.index(z).permute((1, 0)),
+    s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
                       gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
-        s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(z + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(kz + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     s = gl.where(valid[None, :], s * (scale_log2 * K_UNIT), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -220,10 +220,10 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, valid, m_i, l_r, o0, o1, o2, o3, scal
     gl.thread_barrier()
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
     pz = p_smem.index(z)
-    o0 = warpgroup_mma(pz, kv_smem.index(z), o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(pz, kv_smem.index(z + 1), o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(pz, kv_smem.index(z + 2), o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(pz, kv_smem.index(z + 3), o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(pz, kv_smem.index(kz), o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(pz, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(pz, kv_smem.index(kz + 2), o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(pz, kv_smem.index(kz + 3), o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -377,7 +377,7 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         b, sb = _comp_take(rows, srows, u, 2, L3)
         kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
         _comp_tail_store(rows, srows, u, kv_smem.index(z + 3))
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
@@ -422,7 +422,7 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         b, sb = _comp_take(rows, srows, u, 2, L3)
         kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
         _comp_tail_store(rows, srows, u, kv_smem.index(z + 3))
-        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
@@ -745,6 +745,216 @@ def decode_wgmma_hm_kernel(
         gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
         inv_o = gl.convert_layout(inv, gl.SliceLayout(1, o_l))[:, None]
         base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+
+
+# Registers a thread of the producer warpgroup (setmaxnreg; the consumer takes the rest).
+WS_PRODUCER_REGS = gl.constexpr(168)
+
+
+# Warp-specialised build (MMA=wgmma_ws): a producer warpgroup gathers each tile's records by
+# cp.async and dequantizes them into one of two K buffers while the consumer warpgroup (the
+# default partition) runs the MMAs and the softmax on the other; mbarriers hand the buffers over
+# (ready: K written; empty: the MMAs that read it are done).
+@gluon.jit
+def _ws_produce_list(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
+                     nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, ready, empty,
+                     L3: gl.constexpr, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list, running tile numbers i0.. (stage buffer and K buffer i & 1); the
+    # first is already on its way. During the last, the next list's first tile is issued.
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
+    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        z = t >> 31
+        u = i & 1
+        if t + 1 < t1:
+            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+        elif nxt_tiles > 0:
+            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, rows, srows, u ^ 1, NXT_SHIFT)
+        async_copy.commit_group()
+        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        gl.thread_barrier()  # every producer thread's copies of tile i are in
+        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+        kz = z + 4 * u
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(kz + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(kz + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(kz + 2).store(_comp_chunk(b, sb, L3))
+        _comp_tail_store(rows, srows, u, kv_smem.index(kz + 3))
+        fence_async_shared()
+        gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
+        mbarrier.arrive(ready.index(u))
+
+
+@gluon.jit
+def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                 comp_page_bytes, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty,
+                 COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr):
+    L3: gl.constexpr = _comp_l3(gl.num_warps())
+    kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    c_lim = gl.minimum(topk, c1 * BLOCK_N)
+    if c0 < c1:
+        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, rows,
+                    srows, 0, COMP_SHIFT)
+    elif w0 < w1:
+        _comp_issue(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl), win_page_size,
+                    win_page_bytes, rows, srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
+    nc = gl.maximum(c1 - c0, 0)
+    _ws_produce_list(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
+                     w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty, L3, kl,
+                     COMP_SHIFT, WIN_SHIFT)
+    _ws_produce_list(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
+                     w0, 0, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty, L3, kl,
+                     WIN_SHIFT, WIN_SHIFT)
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
+                     scale_log2, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
+                                           o2, o3, scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(u))
+        slot = slot_n
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
+                 kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
+                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    # The query into shared memory here, not before the region: the producer's first gathers
+    # travel meanwhile (the loads of a program's start are issued before any is waited for).
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)
+    o0 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
+                                                m_i, l_r, o0, o1, o2, o3, scale_log2, kl, s_l, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
+                                                p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, s_l,
+                                                o_l)
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def decode_wgmma_ws_kernel(
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
+    n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+):
+    # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
+    # producer's four more warps come with the warp-specialised region), HB = 16.
+    gl.static_assert(num_warps == 4)
+    gl.static_assert(HB == 16)
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    kl: gl.constexpr = gl.SliceLayout(1, s_l)
+    hl: gl.constexpr = gl.SliceLayout(0, s_l)
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
+    c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(2):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
+        (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
+                        w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
+        (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                        comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, ready, empty,
+                        COMP_SHIFT, WIN_SHIFT)),
+    ], [4], [WS_PRODUCER_REGS])
+    if SPLIT:
+        _launch_dependents()
+    l_i = gl.sum(l_r, axis=0)
+
+    # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
+    ohm = (oh < n_heads)[None, :]
+    h = h0 + gl.arange(0, HB, layout=hl)
+    hmask = h < n_heads
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+    else:
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
         gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)

@@ -385,7 +385,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                   workspace: torch.Tensor | None, counters: torch.Tensor | None = None) -> None:
     """`decode` on the wgmma path (arguments already checked there; it takes no counters): the
     build the config names (MMA=wgmma: HB = 16 or 32 heads a program on the MMAs' N; wgmma_hm:
-    64 heads a program on their M)."""
+    64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised)."""
     if q.device.type != "cuda" or interpreting():
         raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
                          + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
@@ -401,7 +401,9 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     mod = _wgmma_module(cf.name, wf.name)
-    kernel = mod.decode_wgmma_hm_kernel if heads_on_m else mod.decode_wgmma_kernel
+    kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": getattr(mod, "decode_wgmma_hm_kernel", None),
+              "wgmma_ws": getattr(mod, "decode_wgmma_ws_kernel", None)}[cfg["MMA"]]
+    assert kernel is not None, cfg  # `space` refuses the builds a pair's module lacks
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),

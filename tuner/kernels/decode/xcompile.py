@@ -60,6 +60,8 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
     # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on the V4 record pair.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
+    # The warp-specialised build (MMA=wgmma_ws: a producer warpgroup beside the consumer's) on it too.
+    cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -81,9 +83,11 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
-               heads_on_m: bool = False) -> XCompileCase:
+               heads_on_m: bool = False, build: str = "") -> XCompileCase:
+    """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
+    warp-specialised one (16 heads, the consumer's 4 warps)."""
     rendered = render_wgmma(cf, wf)
-    name = "decode_wgmma_hm_kernel" if heads_on_m else "decode_wgmma_kernel"
+    name = "decode_wgmma_hm_kernel" if heads_on_m else "decode_wgmma_ws_kernel" if build == "ws" else "decode_wgmma_kernel"
     return XCompileCase(
         variant="wgmma",
         rendered=rendered,
@@ -93,7 +97,7 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
-        + (" heads on M" if heads_on_m else ""),
+        + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
