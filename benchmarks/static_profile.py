@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
 from benchmarks.common import main_loop, parse_cfg, sass_ops  # noqa: E402
-from tuner.compile import _nvidia_stats, _request, compile_request  # noqa: E402
+from tuner.compile import _request, compile_with_stats  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
 
 CLASSES = {  # SASS opcode prefix -> class reported
@@ -73,8 +73,7 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
 
 
 def profile(case: XCompileCase, target: str) -> dict[str, Any]:
-    k = compile_request(_request(case, target))
-    stats = _nvidia_stats(k.asm["ptx"], int(target.removeprefix("sm_")))
+    k, stats = compile_with_stats(_request(case, target))
     ops: collections.Counter = collections.Counter()
     sass = sass_ops(k.asm["cubin"])
     for op in sass:
@@ -84,8 +83,7 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
                 break
     loop = main_loop(sass)
     top = collections.Counter(o.mnemonic for o in loop).most_common(LOOP_TOP)
-    return {**stats, "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), "sass": len(sass), "loop": len(loop),
-            "ops": dict(ops), "loop_top": top}
+    return {**stats, "sass": len(sass), "loop": len(loop), "ops": dict(ops), "loop_top": top}
 
 
 def main(argv: list[str] | None = None) -> int:

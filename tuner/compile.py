@@ -252,8 +252,19 @@ def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeou
 # ---------------------------------------------------------------------------------------------
 
 
+def _ptxas_log_stats(text: str) -> dict[str, Any]:
+    """Registers and spills from the log of `ptxas -v` (the cubin's own numbers need a driver to read)."""
+    regs = re.search(r"Used (\d+) registers", text)
+    st = re.search(r"(\d+) bytes spill stores", text)
+    ld = re.search(r"(\d+) bytes spill loads", text)
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "spills": (int(st.group(1)) + int(ld.group(1))) if st and ld else None,
+    }
+
+
 def _nvidia_stats(ptx: str, capability: int) -> dict[str, Any]:
-    """Registers and spills from `ptxas -v` (the cubin's own numbers need a driver to read)."""
+    """Registers and spills of `ptx` by running `ptxas -v` on it."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     ptxas = get_ptxas(capability).path
@@ -262,14 +273,7 @@ def _nvidia_stats(ptx: str, capability: int) -> dict[str, Any]:
         src.write_text(ptx)
         r = subprocess.run([ptxas, "-v", f"--gpu-name={sm_arch_from_capability(capability)}", str(src), "-o", str(Path(d) / "k.o")],
                            capture_output=True, text=True)
-    text = r.stdout + r.stderr
-    regs = re.search(r"Used (\d+) registers", text)
-    st = re.search(r"(\d+) bytes spill stores", text)
-    ld = re.search(r"(\d+) bytes spill loads", text)
-    return {
-        "registers": int(regs.group(1)) if regs else None,
-        "spills": (int(st.group(1)) + int(ld.group(1))) if st and ld else None,
-    }
+    return _ptxas_log_stats(r.stdout + r.stderr)
 
 
 def _amd_stats(amdgcn: str) -> dict[str, Any]:
@@ -319,20 +323,38 @@ def compile_request(req: dict[str, Any]) -> Any:
                           options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
 
 
-def _child(req: dict[str, Any]) -> dict[str, Any]:
-    from tuner.targets import get_target, gpu_target
+def compile_with_stats(req: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """`compile_request` and the binary's static stats: shared memory, registers and spills
+    (and, on AMD, occupancy). On NVIDIA targets they come from the log of Triton's own `ptxas -v`
+    run (TRITON_DUMP_PTXAS_LOG prints it), not from a second ptxas run of the same PTX (a quarter
+    of a large kernel's compile); a kernel from Triton's cache ran no ptxas, so it gets one."""
+    import contextlib
+    import io
+
+    import triton
+
+    from tuner.targets import get_target
 
     target = get_target(req["target"])
-    try:
+    if target.backend != "cuda":
         k = compile_request(req)
+        return k, {"shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), **_amd_stats(k.asm["amdgcn"])}
+    log = io.StringIO()
+    with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+        triton.knobs.nvidia.dump_ptxas_log = True
+        k = compile_request(req)
+    stats = _ptxas_log_stats(log.getvalue())
+    if stats["registers"] is None:  # from the cache: no ptxas ran
+        stats = _nvidia_stats(k.asm["ptx"], int(target.arch))
+    return k, {"shared_bytes": int(getattr(k.metadata, "shared", 0) or 0), **stats}
+
+
+def _child(req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        _, stats = compile_with_stats(req)
     except Exception as e:  # a compile error is a result: the table records it
         return {"status": "illegal", "error": _last_words(f"{type(e).__name__}: {e}")}
-    out: dict[str, Any] = {"status": "compiled", "shared_bytes": int(getattr(k.metadata, "shared", 0) or 0)}
-    if target.backend == "cuda":
-        out.update(_nvidia_stats(k.asm["ptx"], int(target.arch)))
-    else:
-        out.update(_amd_stats(k.asm["amdgcn"]))
-    return out
+    return {"status": "compiled", **stats}
 
 
 def main() -> None:

@@ -4,6 +4,9 @@ text, the parent survives, and the next candidate gets a working (restarted) chi
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import json
 from pathlib import Path
 
@@ -158,6 +161,37 @@ def test_compile_candidate_static_stats_prune(monkeypatch: pytest.MonkeyPatch) -
     assert r.registers and r.registers > 0 and r.spills == 0 and r.shared_bytes and r.shared_bytes > 1
     assert r.status == "out_of_resources" and r.prune_status() == "out_of_resources"
     assert "shared memory" in (r.error or "")
+
+
+_PTXAS_LOG_CHECK = """
+import json
+from tuner.compile import _nvidia_stats, _request, candidate_case, compile_with_stats
+from tuner.kernels import get_family
+from catalog.families.pack import pack_key
+
+key = pack_key("nvfp4_288", "sm_90")
+fam = get_family("pack")
+case, _ = candidate_case(fam, key, fam.default_config(key).replace(BLOCK_T=16, TILES_PER_PROG=32, num_warps=1))
+cold_k, cold = compile_with_stats(_request(case, "sm_90"))
+again = _nvidia_stats(cold_k.asm["ptx"], 90)
+warm_k, warm = compile_with_stats(_request(case, "sm_90"))
+print(json.dumps({"cold": cold, "again": again, "warm": warm, "same_ptx": warm_k.asm["ptx"] == cold_k.asm["ptx"]}))
+"""
+
+
+def test_nvidia_stats_from_tritons_ptxas_log_equal_a_second_ptxas_run(tmp_path: Path) -> None:
+    """The stats of an NVIDIA compile come from the log of Triton's own `ptxas -v` run: the same
+    registers and spills as running ptxas again on its PTX; a kernel from Triton's cache (no
+    ptxas ran) still gets them. In a child without TRITON_INTERPRET, on a cold cache first."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", _PTXAS_LOG_CHECK], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    cold, again, warm = got["cold"], got["again"], got["warm"]
+    assert cold["registers"] > 0 and cold["spills"] is not None and cold["shared_bytes"] is not None, got
+    assert {k: cold[k] for k in again} == again, got
+    assert warm == cold and got["same_ptx"], got
 
 
 def test_simulated_runner_replays_and_refuses_unknowns(tmp_path: Path) -> None:
