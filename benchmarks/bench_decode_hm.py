@@ -1,14 +1,16 @@
-"""The wgmma path's two builds side by side, in one run (H200).
+"""The wgmma path's builds side by side, in one run (H200).
 
 Its heads-on-M build (`MMA=wgmma_hm`, decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M,
 each tile read and dequantized once per 64 heads) beside `MMA=wgmma` with one and two warpgroups
-(16 or 32 heads a program, each head group re-reading the tiles), on the fp8_584 pair (issue 28's V4
+(16 or 32 heads a program, each head group re-reading the tiles) and its warp-specialised build
+(`MMA=wgmma_ws`: a producer warpgroup dequantizes the next tile under this one's MMAs), on the fp8_584 pair (issue 28's V4
 record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
 bench_decode.py rotates them), CUDA-graph replay medians, each launch checked against the float64
 reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
 
     python benchmarks/bench_decode_hm.py                      # on the H200
     python benchmarks/bench_decode_hm.py --heads 64 --ts 64   # one cell
+    python benchmarks/bench_decode_hm.py --only "1 warpgroup, splits auto" --only warp-specialised  # two builds
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[t
     """Each build's launch on one input set, by label."""
     base = wgmma_config(default_config(*pair))
     hm = wgmma_config(base.replace(MMA="wgmma_hm"))
+    ws = wgmma_config(base.replace(MMA="wgmma_ws"))
 
     def cfg_run(cfg: Any) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
         return lambda s: decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1],
@@ -44,13 +47,16 @@ def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[t
 
     return {"wgmma 1 warpgroup, splits auto": cfg_run(base), "wgmma 2 warpgroups, splits auto": cfg_run(base.replace(num_warps=8)),
             "wgmma 2 warpgroups, splits 1": cfg_run(base.replace(num_warps=8, NUM_SPLITS=1)),
-            "heads on M, splits auto": cfg_run(hm), "heads on M, splits 1": cfg_run(hm.replace(NUM_SPLITS=1))}
+            "heads on M, splits auto": cfg_run(hm), "heads on M, splits 1": cfg_run(hm.replace(NUM_SPLITS=1)),
+            "warp-specialised, splits auto": cfg_run(ws), "warp-specialised, splits 1": cfg_run(ws.replace(NUM_SPLITS=1))}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, action="append", default=None, help="default: 16, 64, 128")
     ap.add_argument("--ts", default="1,8,64")
+    ap.add_argument("--only", action="append", default=None,
+                    help="time only the builds whose label contains this (repeatable; default: every build)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
@@ -67,6 +73,8 @@ def main() -> int:
             n_sets = max(2, min(512, math.ceil(2 * l2 / decode_bytes(*PAIR, t, heads, shape.topk, shape.window))))
             sets = _sets(pools, PAIR, shape, t, n_sets, "cuda", seed=100 + t)
             for label, run in _runs(PAIR).items():
+                if args.only and not any(o in label for o in args.only):
+                    continue
                 try:
                     bad = verify_decode(PAIR[0], PAIR[1], sets[0], run(sets[0]))
                 except Exception as e:  # a build that fails to compile or launch is a row
