@@ -3,7 +3,7 @@
 Its heads-on-M build (`MMA=wgmma_hm`, decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M,
 each tile read and dequantized once per 64 heads) beside `MMA=wgmma` with one and two warpgroups
 (16 or 32 heads a program, each head group re-reading the tiles) and its warp-specialised build
-(`MMA=wgmma_ws`: a producer warpgroup dequantizes the next tile under this one's MMAs), on the fp8_584 pair (issue 28's V4
+(`MMA=wgmma_ws`: producer warps dequantize the next tile under this one's MMAs), on the fp8_584 pair (issue 28's V4
 record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
 bench_decode.py rotates them), CUDA-graph replay medians, each launch checked against the float64
 reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).

@@ -30,7 +30,7 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
         "MMA": lambda v: {"heads_m": "heads on the MMA's M side", "keys_m": "keys on the MMA's M side",
                           "wgmma": "sm_90 warpgroup-MMA kernel (Gluon)",
                           "wgmma_hm": "sm_90 warpgroup-MMA kernel, 64 heads on the MMA's M side",
-                          "wgmma_ws": "sm_90 warpgroup-MMA kernel, warp-specialised (a producer warpgroup dequantizes)",
+                          "wgmma_ws": "sm_90 warpgroup-MMA kernel, warp-specialised (producer warps dequantize)",
                           }.get(v, f"MMA {v}"),
         "BLOCK_N": lambda v: f"{v}-key tiles",
         "NUM_SPLITS": lambda v: "splits chosen by T and the SM count" if v == 0 else f"{v} split{'s' if v != 1 else ''}",

@@ -47,13 +47,15 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
                                "PREFETCH": 0, "num_stages": 1}
 
 # The warp-specialised build (MMA=wgmma_ws, decode_wgmma_ws_kernel): "wgmma"'s one warpgroup of 16
-# heads as the consumer (MMAs, softmax), beside a producer warpgroup that gathers each tile by
-# cp.async and dequantizes it into the other of two K buffers, so the next tile's conversion runs
-# under this tile's MMAs. Lists of one record format (`wgmma_ws_reads`: the second K buffer takes
-# the room of one list's stage buffers). A program of one tile has nothing to overlap (T=1: the
-# one-warpgroup build stays ahead); past a few tiles a program it wins (benchmarks/results/ws_proto/).
-WGMMA_WS_WARPS = 4  # the consumer's; the producer's four come with the warp-specialised region
-WGMMA_WS_PRODUCER_REGS = 168  # a producer thread's registers (setmaxnreg; the template's WS_PRODUCER_REGS)
+# heads as the consumer (MMAs, softmax), beside 8 producer warps that gather each tile by cp.async
+# and dequantize it into the other of two K buffers, so the next tile's conversion runs under this
+# tile's MMAs. Lists of one record format (`wgmma_ws_reads`: the second K buffer takes the room of
+# one list's stage buffers). A program of one tile has nothing to overlap (T=1 at 16 heads: the
+# one-warpgroup build stays ahead); past a few tiles a program it wins: fp8_584 pair on the H200,
+# 16 heads T=64 20.1 us against 22.4, 64 heads T=8 14.3 against 15.4 (8 producer warps: 2-5% ahead
+# of 4 at T=64; benchmarks/results/decode_ws_h200.md). The producer's warps and registers are the
+# template's WS_PRODUCER_WARPS / WS_PRODUCER_REGS.
+WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-specialised region
 
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once

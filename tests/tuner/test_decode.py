@@ -803,8 +803,9 @@ def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -
 
 def test_wgmma_ws_build_fits_sm90_and_does_not_spill() -> None:
     # The warp-specialised build, compiled on the CPU for sm_90: no spills in either partition
-    # (the producer's 168 registers by setmaxnreg), shared memory as `wgmma_ws_shared_bytes`
-    # predicts it (the V4 pair: 231972 bytes of 232448, 2026-12-03), records by cp.async, MMAs by wgmma.
+    # (12 warps of 168 registers at launch; setmaxnreg gives the 8 producer warps 152 and the
+    # consumer warpgroup 200), shared memory as `wgmma_ws_shared_bytes` predicts it (the V4 pair:
+    # 231976 bytes of 232448, 2026-12-04), records by cp.async, MMAs by wgmma.
     from catalog.families.decode import wgmma_ws_shared_bytes
 
     pair = ("fp8_584", "fp8_584")

@@ -751,11 +751,16 @@ def decode_wgmma_hm_kernel(
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 
 
-# Registers a thread of the producer warpgroup (setmaxnreg; the consumer takes the rest).
-WS_PRODUCER_REGS = gl.constexpr(168)
+# The producer's warps, and a thread's registers there (setmaxnreg). The launch's 12 warps get
+# 168 registers a thread; the consumer warpgroup takes the rest: 200 (the one-warpgroup kernel
+# holds 197 without spilling). 8 producer warps of 152 registers against 4 of 168, same run on the
+# H200 (fp8_584 pair): 64 heads T=64 54.4 against 57.4 us, 16 heads T=64 20.1 against 20.4
+# (benchmarks/results/decode_ws_h200.md).
+WS_PRODUCER_WARPS = gl.constexpr(8)
+WS_PRODUCER_REGS = gl.constexpr(152)
 
 
-# Warp-specialised build (MMA=wgmma_ws): a producer warpgroup gathers each tile's records by
+# Warp-specialised build (MMA=wgmma_ws): producer warps gather each tile's records by
 # cp.async and dequantizes them into one of two K buffers while the consumer warpgroup (the
 # default partition) runs the MMAs and the softmax on the other; mbarriers hand the buffers over
 # (ready: K written; empty: the MMAs that read it are done).
@@ -923,7 +928,7 @@ def decode_wgmma_ws_kernel(
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                         comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, ready, empty,
                         COMP_SHIFT, WIN_SHIFT)),
-    ], [4], [WS_PRODUCER_REGS])
+    ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)

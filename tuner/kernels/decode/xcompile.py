@@ -60,7 +60,7 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
     # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on the V4 record pair.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
-    # The warp-specialised build (MMA=wgmma_ws: a producer warpgroup beside the consumer's) on it too.
+    # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
