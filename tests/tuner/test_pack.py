@@ -273,11 +273,12 @@ def test_rendered_sources_match_golden(fmt: str) -> None:
         check_golden(f"pack/{fmt}.{b}.py", render_variant(fmt, b).source)
 
 
-def test_xcompile_table_matches_the_issue() -> None:
+@pytest.mark.parametrize("target", ("sm_90", "sm_100", "gfx942", "gfx950"))
+def test_xcompile_table_matches_the_issue(target: str) -> None:
     """soft and swar (plain integer Triton) compile on all four GPU targets; ptx only on sm_100;
     gfx950 only on gfx950; the fp8 formats' cvt on NVIDIA (sm_90, sm_100) -- and the process aborts
-    of the illegal ones are rows of the table, not crashes of the tool."""
-    out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "pack", "--json"],
+    of the illegal ones are rows of the table, not crashes of the tool. A test a target."""
+    out = subprocess.run([sys.executable, "-m", "kvtune.cli", "xcompile", "--kernel", "pack", "--target", target, "--json"],
                          capture_output=True, text=True, timeout=900, check=True)
     rows = json.loads(out.stdout)
     expect = {
@@ -290,7 +291,7 @@ def test_xcompile_table_matches_the_issue() -> None:
     seen: dict[tuple[str, str, str], str] = {}
     for r in rows:
         assert set(r) >= {"kernel", "variant", "target", "status", "registers", "spills", "shared_bytes", "error"}
-        assert r["kernel"] == "pack"
+        assert r["kernel"] == "pack" and r["target"] == target
         seen[(r["variant"], r["detail"], r["target"])] = r["status"]
         want = "compiled" if r["target"] in expect[r["variant"]] else "illegal"
         assert r["status"] == want, r
@@ -298,16 +299,16 @@ def test_xcompile_table_matches_the_issue() -> None:
             assert r["registers"] and r["registers"] > 0 and r["spills"] is not None
         else:
             assert r["error"]
-    # Every backend was built for every GPU target on the formats it converts.
+    # Every backend was built for this target on the formats it converts.
     for b in expect:
-        for t in ("sm_90", "sm_100", "gfx942", "gfx950"):
-            if b == "cvt":
-                assert all((b, fmt, t) in seen for fmt in ("fp8_528", "fp8_584", "fp8_132"))
-                continue
-            assert (b, "nvfp4_288", t) in seen and (b, "mxfp4_68", t) in seen
-            assert (b, "mxfp4_68+query", t) in seen  # the query quantiser: the same table
+        if b == "cvt":
+            assert all((b, fmt, target) in seen for fmt in ("fp8_528", "fp8_584", "fp8_132"))
+            continue
+        assert (b, "nvfp4_288", target) in seen and (b, "mxfp4_68", target) in seen
+        assert (b, "mxfp4_68+query", target) in seen  # the query quantiser: the same table
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
-    assert aborted and all("unknown asm constraint 'f'" in r["error"] for r in aborted)
+    assert bool(aborted) == target.startswith("gfx")
+    assert all("unknown asm constraint 'f'" in r["error"] for r in aborted)
 
 
 def test_bench_verification_samples_large_packs_and_still_catches_wrong_records() -> None:
