@@ -169,9 +169,9 @@ from tuner.compile import _nvidia_stats, _request, candidate_case, compile_with_
 from tuner.kernels import get_family
 from catalog.families.pack import pack_key
 
-key = pack_key("nvfp4_288", "sm_90")
+key = pack_key("mxfp4_68", "sm_90")
 fam = get_family("pack")
-case, _ = candidate_case(fam, key, fam.default_config(key).replace(BLOCK_T=16, TILES_PER_PROG=32, num_warps=1))
+case, _ = candidate_case(fam, key, fam.default_config(key))
 cold_k, cold = compile_with_stats(_request(case, "sm_90"))
 again = _nvidia_stats(cold_k.asm["ptx"], 90)
 warm_k, warm = compile_with_stats(_request(case, "sm_90"))
