@@ -11,6 +11,10 @@ reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
     python benchmarks/bench_decode_hm.py                      # on the H200
     python benchmarks/bench_decode_hm.py --heads 64 --ts 64   # one cell
     python benchmarks/bench_decode_hm.py --only "1 warpgroup, splits auto" --only warp-specialised  # two builds
+    python benchmarks/bench_decode_hm.py --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528  # both of issue 28's pairs
+
+A build a pair's space refuses (the heads-on-M and warp-specialised builds read lists of one
+record format) is left out for that pair.
 """
 
 from __future__ import annotations
@@ -28,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_decode import PAGE, Shape, _pool, _sets, _time  # noqa: E402
 from benchmarks.common import provenance  # noqa: E402
-from catalog.families.decode import decode_bytes, default_config, wgmma_config  # noqa: E402
+from catalog.families.decode import decode_bytes, default_config, space, wgmma_config  # noqa: E402
 from tuner.kernels.decode import decode, verify_decode  # noqa: E402
 
 PAIR = ("fp8_584", "fp8_584")
 
 
-def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]]:
-    """Each build's launch on one input set, by label."""
+def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]]:
+    """Each build's launch on one input set, by label: the builds `pair`'s space takes at `heads`."""
     base = wgmma_config(default_config(*pair))
     hm = wgmma_config(base.replace(MMA="wgmma_hm"))
     ws = wgmma_config(base.replace(MMA="wgmma_ws"))
@@ -45,53 +49,63 @@ def _runs(pair: tuple[str, str]) -> dict[str, Callable[[dict[str, Any]], tuple[t
                                 s["window_idx"], PAGE, s["sm_scale"], s["attn_sink"], cfg, out=s["out"],
                                 workspace=s["workspace"])
 
-    return {"wgmma 1 warpgroup, splits auto": cfg_run(base), "wgmma 2 warpgroups, splits auto": cfg_run(base.replace(num_warps=8)),
-            "wgmma 2 warpgroups, splits 1": cfg_run(base.replace(num_warps=8, NUM_SPLITS=1)),
-            "heads on M, splits auto": cfg_run(hm), "heads on M, splits 1": cfg_run(hm.replace(NUM_SPLITS=1)),
-            "warp-specialised, splits auto": cfg_run(ws), "warp-specialised, splits 1": cfg_run(ws.replace(NUM_SPLITS=1))}
+    builds = {"wgmma 1 warpgroup, splits auto": base, "wgmma 2 warpgroups, splits auto": base.replace(num_warps=8),
+              "wgmma 2 warpgroups, splits 1": base.replace(num_warps=8, NUM_SPLITS=1),
+              "heads on M, splits auto": hm, "heads on M, splits 1": hm.replace(NUM_SPLITS=1),
+              "warp-specialised, splits auto": ws, "warp-specialised, splits 1": ws.replace(NUM_SPLITS=1)}
+    sp = space(*pair, heads)
+    return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, action="append", default=None, help="default: 16, 64, 128")
     ap.add_argument("--ts", default="1,8,64")
+    ap.add_argument("--pair", action="append", default=None,
+                    help="comp+win record formats (repeatable; default: fp8_584+fp8_584)")
     ap.add_argument("--only", action="append", default=None,
                     help="time only the builds whose label contains this (repeatable; default: every build)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
+    if any(len(p.split("+")) != 2 for p in args.pair or []):
+        ap.error("--pair takes comp+win, e.g. nvfp4_288+fp8_528")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         print("bench_decode_hm runs on an sm_90 GPU only", file=sys.stderr)
         return 2
     prov = provenance()
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     rows = []
-    for heads in args.heads or [16, 64, 128]:
-        shape = Shape(False, heads)
-        pools = {PAIR[0] + ":comp": _pool(PAIR[0], shape.comp_pool, "cuda", seed=1),
-                 PAIR[1] + ":win": _pool(PAIR[1], shape.win_pool, "cuda", seed=11)}
-        for t in [int(x) for x in args.ts.split(",")]:
-            n_sets = max(2, min(512, math.ceil(2 * l2 / decode_bytes(*PAIR, t, heads, shape.topk, shape.window))))
-            sets = _sets(pools, PAIR, shape, t, n_sets, "cuda", seed=100 + t)
-            for label, run in _runs(PAIR).items():
-                if args.only and not any(o in label for o in args.only):
-                    continue
-                try:
-                    bad = verify_decode(PAIR[0], PAIR[1], sets[0], run(sets[0]))
-                except Exception as e:  # a build that fails to compile or launch is a row
-                    bad = f"{type(e).__name__}: {e}"[:300]
-                us = None if bad else _time(lambda run=run: [run(s) for s in sets], len(sets), True)
-                rows.append({"H": heads, "T": t, "build": label, "us": us, "error": bad})
-                print(f"  H={heads:<4d} T={t:<3d} {label:34s} " + (f"{us:8.2f} us" if us else f"FAIL {bad}"), flush=True)
+    pairs = [tuple(p.split("+")) for p in args.pair] if args.pair else [PAIR]
+    for pair in pairs:
+        for heads in args.heads or [16, 64, 128]:
+            shape = Shape(False, heads)
+            pools = {pair[0] + ":comp": _pool(pair[0], shape.comp_pool, "cuda", seed=1),
+                     pair[1] + ":win": _pool(pair[1], shape.win_pool, "cuda", seed=11)}
+            for t in [int(x) for x in args.ts.split(",")]:
+                n_sets = max(2, min(512, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window))))
+                sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
+                for label, run in _runs(pair, heads).items():
+                    if args.only and not any(o in label for o in args.only):
+                        continue
+                    try:
+                        bad = verify_decode(pair[0], pair[1], sets[0], run(sets[0]))
+                    except Exception as e:  # a build that fails to compile or launch is a row
+                        bad = f"{type(e).__name__}: {e}"[:300]
+                    us = None if bad else _time(lambda run=run: [run(s) for s in sets], len(sets), True)
+                    name = "+".join(pair)
+                    rows.append({"pair": name, "H": heads, "T": t, "build": label, "us": us, "error": bad})
+                    print(f"  {name:18s} H={heads:<4d} T={t:<3d} {label:34s} "
+                          + (f"{us:8.2f} us" if us else f"FAIL {bad}"), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_hm_h200.json").write_text(json.dumps({"provenance": prov, "pair": "+".join(PAIR), "rows": rows},
+    (out / "decode_hm_h200.json").write_text(json.dumps({"provenance": prov, "pairs": ["+".join(p) for p in pairs], "rows": rows},
                                                         indent=1))
-    lines = ["# The wgmma path's heads-on-M build (MMA=wgmma_hm) beside MMA=wgmma (fp8_584 pair)", "",
+    lines = ["# The wgmma path's builds side by side: one and two warpgroups, heads on M, warp-specialised", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
              "top-k 512, window 128, page 64, sink on; records from DRAM (rotated input sets); CUDA-graph replay "
              "medians; each build checked against the float64 reference before it is timed "
-             "(`benchmarks/bench_decode_hm.py`).", "", "| H | T | build | us |", "|---|---|---|---|"]
-    lines += [f"| {r['H']} | {r['T']} | {r['build']} | " + (f"{r['us']:.2f}" if r["us"] else f"failed: {r['error']}") + " |"
+             "(`benchmarks/bench_decode_hm.py`).", "", "| pair | H | T | build | us |", "|---|---|---|---|---|"]
+    lines += [f"| {r['pair']} | {r['H']} | {r['T']} | {r['build']} | " + (f"{r['us']:.2f}" if r["us"] else f"failed: {r['error']}") + " |"
               for r in rows]
     (out / "decode_hm_h200.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'decode_hm_h200.md'}")
