@@ -49,8 +49,11 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
 # The warp-specialised build (MMA=wgmma_ws, decode_wgmma_ws_kernel): "wgmma"'s one warpgroup of 16
 # heads as the consumer (MMAs, softmax), beside 8 producer warps that gather each tile by cp.async
 # and dequantize it into the other of two K buffers, so the next tile's conversion runs under this
-# tile's MMAs. Lists of one record format (`wgmma_ws_reads`: the second K buffer takes the room of
-# one list's stage buffers). A program of one tile has nothing to overlap (T=1 at 16 heads: the
+# tile's MMAs. Every pair whose buffers fit (`wgmma_ws_reads`: the second K buffer takes the room of
+# a second list's stage rows, so both lists share one region; the pairs of two formats since
+# 2026-12-04, compiled for sm_90 on the CPU and not yet run on a GPU: their GPU tests are
+# test_wgmma_ws_matches_reference_on_sm90's mixed pairs, and a tune verifies every trial before it
+# may win). A program of one tile has nothing to overlap (T=1 at 16 heads: the
 # one-warpgroup build stays ahead); past a few tiles a program it wins: fp8_584 pair on the H200,
 # 16 heads T=64 20.1 us against 22.4, 64 heads T=8 14.3 against 15.4 (8 producer warps: 2-5% ahead
 # of 4 at T=64; benchmarks/results/decode_ws_h200.md). The producer's warps and registers are the
@@ -146,8 +149,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
                 return ("the heads-on-M build reads lists of one record format (a 64-head query beside two "
                         "lists' stage buffers would not fit)")
             if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
-                return ("the warp-specialised build reads lists of one record format (its second K buffer "
-                        "takes the room of the other list's stage buffers)")
+                return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
+                        f"{get_format(win_fmt).name} exceed sm_90's shared memory")
             want = wgmma_config(c)
             off = [k for k, v in want.as_dict().items() if c[k] != v]
             return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
@@ -249,6 +252,15 @@ SM90_SHARED_MAX = 232448
 WGMMA_SHARED_SLACK = 512  # the compiler's own shared scratch beyond the buffers, at most (sm_90 builds)
 
 
+def _stage_rows(f: RecordFormat) -> tuple[int, int]:
+    """A key's bytes in a stage buffer of the wgmma template: a chunk's data row (64 bytes of e2m1
+    pairs or 128 of e4m3) and its side row (the scales; fp8_584: its last 64 e4m3 bytes, then
+    its scales, padded to 128: shared shapes are powers of two)."""
+    row = 64 if f.elem == "e2m1" else 128
+    tail = f.elem_bytes % row  # e4m3 bytes past the last whole chunk (fp8_584: 64)
+    return row, 128 if tail else f.scale_bytes
+
+
 def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
     """Shared memory of a wgmma program taking `hb` heads (what the compiler reports, less its own
     scratch of 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the
@@ -256,9 +268,7 @@ def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat
     and fp8_584's last 64 e4m3 bytes a key) of each list, or of both lists in turn where they hold
     one record format (see templates/decode_wgmma.py.j2)."""
     def stage(f: RecordFormat) -> int:
-        row = 64 if f.elem == "e2m1" else 128  # a chunk's data bytes a key
-        tail = f.elem_bytes % row  # e4m3 bytes past the last whole chunk (fp8_584: 64)
-        side = 128 if tail else f.scale_bytes  # fp8_584: the tail, its scales, padding (a power of two)
+        row, side = _stage_rows(f)
         return 2 * WGMMA_BLOCK_N * (4 * row + side)
     c, w = get_format(comp_fmt), get_format(win_fmt)
     kv = 4 * WGMMA_BLOCK_N * 128 * 2
@@ -292,17 +302,27 @@ def wgmma_hm_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
 
 
 def wgmma_ws_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
-    """Shared memory of a warp-specialised program: the one-warpgroup build's buffers at 16 heads,
-    a second tile's four K chunks, and 64 bytes of the four mbarriers and the region's own (the
-    compiler's count beyond the buffers was 548 bytes, the one-warpgroup build's up to 512)."""
-    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HEADS) + 4 * WGMMA_BLOCK_N * 128 * 2 + 64
+    """Shared memory of a warp-specialised program (16 heads): two tiles' four bf16 K chunks, P^T,
+    the query, one region of stage data rows for both lists (two tiles of the wider rows: a list of
+    64-byte e2m1 rows beside one of 128-byte e4m3 rows takes every other half of it, its stage
+    index doubled, so the hand-over tile's two stages never overlap), each list's side rows (as
+    many stages as its index reaches; one set for a pair of one format), and 64 bytes of the four
+    mbarriers and the region's own (the compiler's count beyond the buffers: 488 bytes, fp8_584
+    and nvfp4_288 + fp8_528 alike, 2026-12-04)."""
+    c, w = get_format(comp_fmt), get_format(win_fmt)
+    (c_row, c_side), (w_row, w_side) = _stage_rows(c), _stage_rows(w)
+    top = max(c_row, w_row)
+    side = 2 * WGMMA_BLOCK_N * ((top // c_row) * c_side + (0 if c.name == w.name else (top // w_row) * w_side))
+    kv = 2 * 4 * WGMMA_BLOCK_N * 128 * 2
+    return kv + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 4 * WGMMA_HEADS * 128 * 2 + 8 * WGMMA_BLOCK_N * top + side + 64
 
 
 def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    """Whether the warp-specialised build reads this pair: one record format for both lists (they
-    take the stage buffers in turn) and its shared memory within sm_90's limit."""
+    """Whether the warp-specialised build reads this pair: both lists' records on the wgmma path
+    and its shared memory within sm_90's limit (nvfp4_288 + fp8_528 in either order: 225344 bytes;
+    the V4 pair: 231488)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
-    return c.name == w.name and c.name in WGMMA_FORMATS and \
+    return c.name in WGMMA_FORMATS and w.name in WGMMA_FORMATS and \
         wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
@@ -378,8 +398,7 @@ class DecodeSpec(FamilySpec):
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second
         (and, above 16 heads, its two-warpgroup build third; above 32, where it reads the pair, the
-        heads-on-M build fourth; with lists of one record format, the warp-specialised build
-        last), since a few TPE trials may not draw it (8 trials of a T=1 tune
+        heads-on-M build fourth; where its buffers fit, the warp-specialised build last), since a few TPE trials may not draw it (8 trials of a T=1 tune
         did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
@@ -389,8 +408,8 @@ class DecodeSpec(FamilySpec):
         # More than a two-warpgroup program's 32: 64 heads a program on M.
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
-        # Lists of one record format: the warp-specialised build, last (it wins on programs of
-        # several tiles, and loses at one: the search sees both).
+        # The warp-specialised build, last (it wins on programs of several tiles, and loses at
+        # one: the search sees both).
         if wgmma_ws_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_ws")))
         return seeds

@@ -18,7 +18,7 @@ from tests.golden_files import check_golden
 from catalog.core import Bucket, Config
 from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from catalog.codecs import e2m1_backend_legality
-from catalog.families.decode import DECODE_BUCKETS, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode_key, default_config, render_variant, render_wgmma, space, wgmma_config, wgmma_reads
+from catalog.families.decode import DECODE_BUCKETS, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode_key, default_config, is_wgmma, render_variant, render_wgmma, space, wgmma_config, wgmma_reads
 from tuner.kernels.decode import FAMILY, decode, make_decode_inputs, max_partials, run_decode, split_plan, verify_decode, wgmma_plan, workspace_numel
 from tuner.reference import compare, decode_reference
 from tuner.targets import GPU_TARGETS
@@ -215,7 +215,7 @@ def test_space_is_data() -> None:
     # The new axes default to today's kernel, and no constraint involves them.
     d = default_config("nvfp4_288", "fp8_528")
     assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
-    triton_grid = [c for c in grid if c["MMA"] != "wgmma"]
+    triton_grid = [c for c in grid if not is_wgmma(c)]
     assert sum(1 for c in triton_grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(triton_grid)
     # The wgmma path: one config per split count and warps (one warpgroup or two; its other
     # parameters are fixed).
@@ -305,6 +305,7 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
         assert ("wgmma", pair, target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", target) in seen  # MMA=wgmma_hm
     assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", target) in seen  # MMA=wgmma_ws
+    assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
     assert ("soft", "combine pdl", target) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
@@ -644,9 +645,11 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     # fp8_584 beside fp8_528: two lists' stage buffers leave no room for 16 heads' query; not read.
     assert wgmma_shared_bytes("fp8_528", "fp8_584", 16) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
     assert not wgmma_reads("fp8_528", "fp8_584") and not wgmma_reads("fp8_584", "fp8_528")
-    # The seeds of a search: the two-warpgroup build too where there are more heads than 16.
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one]
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two]
+    # The seeds of a search: the two-warpgroup build too where there are more heads than 16, and
+    # the warp-specialised one last.
+    ws = one.replace(MMA="wgmma_ws")
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, ws]
     assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
@@ -664,7 +667,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     d = sp.default()
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
-    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma"}
+    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_ws"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -770,46 +773,49 @@ def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill() -> None:
 
 
 def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
-    # MMA=wgmma_ws: lists of one record format, one consumer warpgroup (its warps fixed at 4), the
-    # path's fixed parameters; seeded last where it reads the pair; refused for a mixed pair and
-    # off sm_90.
+    # MMA=wgmma_ws: one consumer warpgroup (its warps fixed at 4), the path's fixed parameters;
+    # every issue pair (a mixed one shares one region of stage rows), seeded last; refused where
+    # its buffers exceed sm_90's shared memory, and off sm_90.
     from catalog.families.decode import (SM90_SHARED_MAX, SPEC, WGMMA_SHARED_SLACK, WGMMA_WS_WARPS,
                                          wgmma_shared_bytes, wgmma_ws_reads, wgmma_ws_shared_bytes)
 
     ws = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_ws"))
     assert ws["MMA"] == "wgmma_ws" and ws["num_warps"] == WGMMA_WS_WARPS and ws["BLOCK_N"] == 64
     assert wgmma_config(ws.replace(num_warps=8)) == ws
-    for pair in (("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288")):
+    for pair in (("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288"),
+                 ("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288")):
         assert wgmma_ws_reads(*pair) and space(*pair).infeasible(wgmma_config(default_config(*pair).replace(
             MMA="wgmma_ws"))) is None, pair
-        # A second tile's four bf16 K chunks beside the one-warpgroup build's buffers, within the limit.
-        assert wgmma_ws_shared_bytes(*pair) == wgmma_shared_bytes(*pair, 16) + 4 * 64 * 128 * 2 + 64
         assert wgmma_ws_shared_bytes(*pair) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
-    assert not wgmma_ws_reads("nvfp4_288", "fp8_528")
-    assert "one record format" in space("nvfp4_288", "fp8_528").infeasible(
-        wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_ws")))
+        assert "wgmma_ws" in [c["MMA"] for c in SPEC.seed_configs(decode_key(*pair, "sm_90"), "sm_90")], pair
+        if pair[0] == pair[1]:
+            # One format: a second tile's four bf16 K chunks beside the one-warpgroup build's buffers.
+            assert wgmma_ws_shared_bytes(*pair) == wgmma_shared_bytes(*pair, 16) + 4 * 64 * 128 * 2 + 64
+    # Two formats: one region of two tiles' 128-byte rows for both lists' data, each list's side
+    # rows (nvfp4_288's at a doubled stage index), instead of the one-warpgroup build's two lists.
+    assert wgmma_ws_shared_bytes("nvfp4_288", "fp8_528") == \
+        2 * 4 * 64 * 128 * 2 + 16 * 64 * 2 + 4 * 16 * 128 * 2 + 8 * 64 * 128 + 2 * 64 * (2 * 32 + 16) + 64
+    assert not wgmma_ws_reads("nvfp4_288", "fp8_584")  # 64 KiB of data rows and fp8_584's 128-byte side rows: too big
+    assert "shared memory" in space("nvfp4_288", "fp8_584").infeasible(
+        wgmma_config(default_config("nvfp4_288", "fp8_584").replace(MMA="wgmma_ws")))
     assert "num_warps=4" in space("fp8_584", "fp8_584").infeasible(ws.replace(num_warps=8))
-    assert SPEC.variant_of(ws) == "wgmma" and "decode_wgmma_ws_kernel" in SPEC.render(
-        decode_key("fp8_584", "fp8_584", "sm_90"), ws).source
-    assert "wgmma_ws" not in [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90"), "sm_90")]
-    inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 16, 40, 20, device, seed=3)
-    with pytest.raises(ValueError, match="one record format"):
-        run_decode("nvfp4_288", "fp8_528", wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_ws")),
-                   inp)
+    for pair in (("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")):
+        assert SPEC.variant_of(ws) == "wgmma" and "decode_wgmma_ws_kernel" in SPEC.render(
+            decode_key(*pair, "sm_90"), wgmma_config(default_config(*pair).replace(MMA="wgmma_ws"))).source
     if not _SM90:
         inp = make_decode_inputs("fp8_584", "fp8_584", 2, 16, 40, 20, device, seed=3)
         with pytest.raises(ValueError, match="wgmma"):
             run_decode("fp8_584", "fp8_584", ws, inp)
 
 
-def test_wgmma_ws_build_fits_sm90_and_does_not_spill() -> None:
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_ws_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> None:
     # The warp-specialised build, compiled on the CPU for sm_90: no spills in either partition
     # (12 warps of 168 registers at launch; setmaxnreg gives the 8 producer warps 152 and the
-    # consumer warpgroup 200), shared memory as `wgmma_ws_shared_bytes` predicts it (the V4 pair:
-    # 231976 bytes of 232448, 2026-12-04), records by cp.async, MMAs by wgmma.
+    # consumer warpgroup 200), shared memory as `wgmma_ws_shared_bytes` predicts it (2026-12-04:
+    # the V4 pair 231976 bytes of 232448, the V4.1 pair 225832), records by cp.async, MMAs by wgmma.
     from catalog.families.decode import wgmma_ws_shared_bytes
 
-    pair = ("fp8_584", "fp8_584")
     _sm90_static_profile(pair, "MMA=wgmma_ws", wgmma_ws_shared_bytes(*pair))
 
 
@@ -817,8 +823,8 @@ _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288")],
-                         ids=lambda p: "+".join(p))
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288"),
+                                  ("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
 def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
     """The warp-specialised build (MMA=wgmma_ws) at 16, 24 and 64 heads, T = 1, 8, 64, one program a
     token and several (programs of one tile to all of a token's), with and without sink, a token

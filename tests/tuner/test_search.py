@@ -363,14 +363,14 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
         "DOT": ("bf16",), "MMA": ("heads_m", "keys_m", "wgmma"), "PREFETCH": (0, 1), "num_warps": (4, 8),
         "num_stages": (1,)})
     wgmma = wgmma_config(sub.default())
-    assert fam.seed_configs(key, "sm_90") == [wgmma]
+    assert fam.seed_configs(key, "sm_90") == [wgmma, wgmma_config(wgmma.replace(MMA="wgmma_ws"))]
     assert fam.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_100"), "sm_100") == []
     # The V4 record pair is seeded too (the wgmma path reads fp8_584); a pair it cannot read is not.
     from catalog.families.decode import default_config as decode_default
 
     v4 = wgmma_config(decode_default("fp8_584", "fp8_584"))
     assert fam.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90"), "sm_90") == \
-        [v4, wgmma_config(v4.replace(MMA="wgmma_ws"))]  # and its warp-specialised build (lists of one format)
+        [v4, wgmma_config(v4.replace(MMA="wgmma_ws"))]  # and its warp-specialised build
     assert fam.seed_configs(decode_key("fp8_528", "fp8_584", "sm_90"), "sm_90") == []  # no room for two lists' buffers
     b = Bucket("T", 1, 1)
     table = new_table(key, "decode", "sm_90", {"timing": "synthetic"}, synthetic=True, space=sub.to_json())

@@ -765,11 +765,12 @@ WS_PRODUCER_REGS = gl.constexpr(152)
 # default partition) runs the MMAs and the softmax on the other; mbarriers hand the buffers over
 # (ready: K written; empty: the MMAs that read it are done).
 @gluon.jit
-def _ws_produce_list(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
-                     nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, ready, empty,
-                     L3: gl.constexpr, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
-    # Tiles [t0, t1) of one list, running tile numbers i0.. (stage buffer and K buffer i & 1); the
-    # first is already on its way. During the last, the next list's first tile is issued.
+def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
+                     nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
+                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list (fp8_584), running tile numbers i0.. (stage buffer and K buffer
+    # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
+    L3: gl.constexpr = _comp_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
@@ -780,7 +781,8 @@ def _ws_produce_list(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
         if t + 1 < t1:
             _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
         elif nxt_tiles > 0:
-            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, rows, srows, u ^ 1, NXT_SHIFT)
+            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, u ^ 1,
+                        NXT_SHIFT)
         async_copy.commit_group()
         slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
         async_copy.wait_group(1)
@@ -801,31 +803,30 @@ def _ws_produce_list(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
 
 @gluon.jit
 def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                 comp_page_bytes, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty,
-                 COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr):
-    L3: gl.constexpr = _comp_l3(gl.num_warps())
+                 comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
+                 empty, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
     if c0 < c1:
-        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, rows,
-                    srows, 0, COMP_SHIFT)
+        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, c_rows,
+                    c_srows, 0, COMP_SHIFT)
     elif w0 < w1:
         _comp_issue(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl), win_page_size,
-                    win_page_bytes, rows, srows, 0, WIN_SHIFT)
+                    win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
     async_copy.commit_group()
     nc = gl.maximum(c1 - c0, 0)
-    _ws_produce_list(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
-                     w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty, L3, kl,
-                     COMP_SHIFT, WIN_SHIFT)
-    _ws_produce_list(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
-                     w0, 0, win_page_size, win_page_bytes, kv_smem, rows, srows, ready, empty, L3, kl,
-                     WIN_SHIFT, WIN_SHIFT)
+    _ws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
+                     w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
+                     empty, kl, COMP_SHIFT, WIN_SHIFT)
+    _ws_produce_comp(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
+                     w0, 0, win_page_size, win_page_bytes, kv_smem, w_rows, w_srows, w_rows, w_srows, ready, empty,
+                     kl, WIN_SHIFT, WIN_SHIFT)
     async_copy.wait_group(0)
 
 
 @gluon.jit
 def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
-                     scale_log2, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
@@ -834,7 +835,7 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
-                                           o2, o3, scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
+                                           o2, o3, scale_log2, K_UNIT, s_l, o_l)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
         slot = slot_n
@@ -867,10 +868,11 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
-                                                m_i, l_r, o0, o1, o2, o3, scale_log2, kl, s_l, o_l)
+                                                m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
-                                                p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, s_l,
-                                                o_l)
+                                                p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l)
     return m_i, l_r, o0, o1, o2, o3
 
 
@@ -883,7 +885,7 @@ def decode_wgmma_ws_kernel(
     HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
-    # producer's four more warps come with the warp-specialised region), HB = 16.
+    # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
@@ -914,6 +916,8 @@ def decode_wgmma_ws_kernel(
     st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
     c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
+    w_rows = c_rows
+    w_srows = c_srows
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for b in gl.static_range(2):
@@ -926,8 +930,8 @@ def decode_wgmma_ws_kernel(
         (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
                         w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                        comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, ready, empty,
-                        COMP_SHIFT, WIN_SHIFT)),
+                        comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
+                        ready, empty, COMP_SHIFT, WIN_SHIFT)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()

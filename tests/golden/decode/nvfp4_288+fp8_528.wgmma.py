@@ -610,3 +610,264 @@ def decode_wgmma_kernel(
         gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+
+
+# The producer's warps, and a thread's registers there (setmaxnreg). The launch's 12 warps get
+# 168 registers a thread; the consumer warpgroup takes the rest: 200 (the one-warpgroup kernel
+# holds 197 without spilling). 8 producer warps of 152 registers against 4 of 168, same run on the
+# H200 (fp8_584 pair): 64 heads T=64 54.4 against 57.4 us, 16 heads T=64 20.1 against 20.4
+# (benchmarks/results/decode_ws_h200.md).
+WS_PRODUCER_WARPS = gl.constexpr(8)
+WS_PRODUCER_REGS = gl.constexpr(152)
+
+
+# Warp-specialised build (MMA=wgmma_ws): producer warps gather each tile's records by
+# cp.async and dequantizes them into one of two K buffers while the consumer warpgroup (the
+# default partition) runs the MMAs and the softmax on the other; mbarriers hand the buffers over
+# (ready: K written; empty: the MMAs that read it are done).
+@gluon.jit
+def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
+                     nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
+                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (stage buffer and K buffer
+    # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
+    L3: gl.constexpr = _comp_l3(gl.num_warps())
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
+    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        z = t >> 31
+        u = i & 1
+        if t + 1 < t1:
+            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, 2 * (u ^ 1), SHIFT)
+        elif nxt_tiles > 0:
+            _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, u ^ 1,
+                        NXT_SHIFT)
+        async_copy.commit_group()
+        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        gl.thread_barrier()  # every producer thread's copies of tile i are in
+        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+        kz = z + 4 * u
+        b, sb = _comp_take(rows, srows, 2 * (u), 0, L3)
+        kv_smem.index(kz + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, 2 * (u), 1, L3)
+        kv_smem.index(kz + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, 2 * (u), 2, L3)
+        kv_smem.index(kz + 2).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, 2 * (u), 3, L3)
+        kv_smem.index(kz + 3).store(_comp_chunk(b, sb, L3))
+        fence_async_shared()
+        gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
+        mbarrier.arrive(ready.index(u))
+
+
+@gluon.jit
+def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
+                     nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
+                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (stage buffer and K buffer
+    # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
+    L3: gl.constexpr = _win_l3(gl.num_warps())
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
+    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        z = t >> 31
+        u = i & 1
+        if t + 1 < t1:
+            _win_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+        elif nxt_tiles > 0:
+            _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, u ^ 1,
+                        NXT_SHIFT)
+        async_copy.commit_group()
+        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        gl.thread_barrier()  # every producer thread's copies of tile i are in
+        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+        kz = z + 4 * u
+        b, sb = _win_take(rows, srows, u, 0, L3)
+        kv_smem.index(kz + 0).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 1, L3)
+        kv_smem.index(kz + 1).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 2, L3)
+        kv_smem.index(kz + 2).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, u, 3, L3)
+        kv_smem.index(kz + 3).store(_win_chunk(b, sb, L3))
+        fence_async_shared()
+        gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
+        mbarrier.arrive(ready.index(u))
+
+
+@gluon.jit
+def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                 comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
+                 empty, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr):
+    kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    c_lim = gl.minimum(topk, c1 * BLOCK_N)
+    if c0 < c1:
+        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, c_rows,
+                    c_srows, 0, COMP_SHIFT)
+    elif w0 < w1:
+        _win_issue(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl), win_page_size,
+                    win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
+    nc = gl.maximum(c1 - c0, 0)
+    _ws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
+                     w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
+                     empty, kl, COMP_SHIFT, WIN_SHIFT)
+    _ws_produce_win(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
+                     w0, 0, win_page_size, win_page_bytes, kv_smem, w_rows, w_srows, w_rows, w_srows, ready, empty,
+                     kl, WIN_SHIFT, WIN_SHIFT)
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
+                                           o2, o3, scale_log2, K_UNIT, s_l, o_l)
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(u))
+        slot = slot_n
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
+                 kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
+                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    # The query into shared memory here, not before the region: the producer's first gathers
+    # travel meanwhile (the loads of a program's start are issued before any is waited for).
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)
+    o0 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
+                                                m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                2.0 ** K_SHIFT, kl, s_l, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
+                                                p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l)
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def decode_wgmma_ws_kernel(
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
+    n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+):
+    # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
+    # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16.
+    gl.static_assert(num_warps == 4)
+    gl.static_assert(HB == 16)
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    kl: gl.constexpr = gl.SliceLayout(1, s_l)
+    hl: gl.constexpr = gl.SliceLayout(0, s_l)
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
+    # list's stage at index 2u.
+    stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
+    c_rows = stage_rows._reinterpret(gl.uint8, [16, BLOCK_N, 64], st_l)
+    c_srows = gl.allocate_shared_memory(gl.uint8, [4, BLOCK_N, 32], st_l)
+    w_rows = stage_rows
+    w_srows = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 16], st_l)
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(2):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
+        (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
+                        w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
+        (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                        comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
+                        ready, empty, COMP_SHIFT, WIN_SHIFT)),
+    ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
+    if SPLIT:
+        _launch_dependents()
+    l_i = gl.sum(l_r, axis=0)
+
+    # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
+    ohm = (oh < n_heads)[None, :]
+    h = h0 + gl.arange(0, HB, layout=hl)
+    hmask = h < n_heads
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+    else:
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)

@@ -62,6 +62,7 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
+    cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
