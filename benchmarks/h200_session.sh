@@ -6,6 +6,7 @@
 #   bash benchmarks/h200_session.sh tables           # pack, logits, decode tables (--resume)
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
+#   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -28,7 +29,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -87,6 +88,17 @@ for phase in "$@"; do
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hm_gpu_h200.log"
     timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py --out "$OUT/results" >"$OUT/bench_decode_hm.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hm.log"
+    ;;
+  ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
+    # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)
+    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "wgmma_ws_matches_reference" \
+      -p no:cacheprovider -rA >"$OUT/results/pytest_decode_ws_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_ws_gpu_h200.log"
+    hargs=(); for h in ${HEADS:-16 64}; do hargs+=(--heads "$h"); done
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 \
+      --pair fp8_584+fp8_584 --only "1 warpgroup, splits auto" --only "2 warpgroups, splits auto" \
+      --only "warp-specialised, splits auto" --out "$OUT/results" >"$OUT/bench_decode_ws.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_ws.log"
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
     for h in ${HEADS:-32 64}; do
