@@ -77,6 +77,7 @@ def main() -> int:
     rows = []
     pairs = [tuple(p.split("+")) for p in args.pair] if args.pair else [PAIR]
     for pair in pairs:
+        name = "+".join(pair)
         for heads in args.heads or [16, 64, 128]:
             shape = Shape(False, heads)
             pools = {pair[0] + ":comp": _pool(pair[0], shape.comp_pool, "cuda", seed=1),
@@ -92,7 +93,6 @@ def main() -> int:
                     except Exception as e:  # a build that fails to compile or launch is a row
                         bad = f"{type(e).__name__}: {e}"[:300]
                     us = None if bad else _time(lambda run=run: [run(s) for s in sets], len(sets), True)
-                    name = "+".join(pair)
                     rows.append({"pair": name, "H": heads, "T": t, "build": label, "us": us, "error": bad})
                     print(f"  {name:18s} H={heads:<4d} T={t:<3d} {label:34s} "
                           + (f"{us:8.2f} us" if us else f"FAIL {bad}"), flush=True)

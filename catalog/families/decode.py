@@ -261,6 +261,12 @@ def _stage_rows(f: RecordFormat) -> tuple[int, int]:
     return row, 128 if tail else f.scale_bytes
 
 
+def _mma_bytes(hb: int, k_tiles: int) -> int:
+    """The MMAs' operands in shared memory for `hb` heads: `k_tiles` tiles of four bf16 K chunks
+    [64 keys, 128 dims], P^T [64 keys, hb] and the query's four chunks [hb, 128], all bf16."""
+    return k_tiles * 4 * WGMMA_BLOCK_N * 128 * 2 + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2
+
+
 def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, hb: int) -> int:
     """Shared memory of a wgmma program taking `hb` heads (what the compiler reports, less its own
     scratch of 256-512 bytes: WGMMA_SHARED_SLACK): the four bf16 K chunks of a tile, P^T, the
@@ -271,8 +277,7 @@ def wgmma_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat
         row, side = _stage_rows(f)
         return 2 * WGMMA_BLOCK_N * (4 * row + side)
     c, w = get_format(comp_fmt), get_format(win_fmt)
-    kv = 4 * WGMMA_BLOCK_N * 128 * 2
-    return kv + hb * WGMMA_BLOCK_N * 2 + 4 * hb * 128 * 2 + stage(c) + (0 if c.name == w.name else stage(w))
+    return _mma_bytes(hb, k_tiles=1) + stage(c) + (0 if c.name == w.name else stage(w))
 
 
 def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
@@ -313,8 +318,7 @@ def wgmma_ws_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
     (c_row, c_side), (w_row, w_side) = _stage_rows(c), _stage_rows(w)
     top = max(c_row, w_row)
     side = 2 * WGMMA_BLOCK_N * ((top // c_row) * c_side + (0 if c.name == w.name else (top // w_row) * w_side))
-    kv = 2 * 4 * WGMMA_BLOCK_N * 128 * 2
-    return kv + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 4 * WGMMA_HEADS * 128 * 2 + 8 * WGMMA_BLOCK_N * top + side + 64
+    return _mma_bytes(WGMMA_HEADS, k_tiles=2) + 8 * WGMMA_BLOCK_N * top + side + 64
 
 
 def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:

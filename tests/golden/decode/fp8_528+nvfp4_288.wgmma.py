@@ -762,7 +762,7 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     q_smem.index(2).store(_group_order(qv2, CHUNK))
     q_smem.index(3).store(_group_order(qv3, CHUNK))
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
-    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)
+    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
     o0 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
