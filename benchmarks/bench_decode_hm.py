@@ -13,8 +13,8 @@ reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
     python benchmarks/bench_decode_hm.py --only "1 warpgroup, splits auto" --only warp-specialised  # two builds
     python benchmarks/bench_decode_hm.py --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528  # both of issue 28's pairs
 
-A build a pair's space refuses (the heads-on-M build reads lists of one record format) is left
-out for that pair.
+A build a pair's space refuses (one whose buffers exceed sm_90's shared memory) is left out for
+that pair.
 """
 
 from __future__ import annotations

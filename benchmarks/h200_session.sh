@@ -70,7 +70,7 @@ for phase in "$@"; do
     ;;
   heads-table)  # issue 28's table: H = 16, 32, 64, 128 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
     # the default, the wgmma path with one and two warpgroups, heads on M and warp-specialised
-    # (pairs of one record format), and the Triton tile's measured winners
+    # (every pair since 2026-12-04), and the Triton tile's measured winners
     hs=(${HEADS:-16 32 64 128})
     for i in "${!hs[@]}"; do
       h=${hs[$i]}; share=$(( ($(left) - 5) / (${#hs[@]} - i) ))

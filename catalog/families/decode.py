@@ -32,7 +32,10 @@ WGMMA_HEADS = 16
 WGMMA_HEADS_2WG = 32
 WGMMA_WARPS = 4  # the path's seed: one warpgroup (measured at the seed shape, 16 heads)
 # The heads-on-M build (MMA=wgmma_hm, decode_wgmma_hm_kernel): 64 heads a program on the MMAs' M,
-# two warpgroups splitting S's keys and O's dims, each tile read and dequantized once per 64 heads.
+# two warpgroups splitting S's keys and O's dims, each tile read and dequantized once per 64 heads;
+# both lists' stage rows in one region (the warp-specialised build's), so pairs of two formats fit
+# beside the 64-head query (since 2026-12-04; V4.1 pair 128 heads T=64 57.8 us against 78.8 for two
+# warpgroups on the H200: benchmarks/results/decode_hm_pairs_h200.md).
 WGMMA_HM_HEADS = 64
 WGMMA_HM_WARPS = 8
 
@@ -62,7 +65,7 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
-# per 64 heads; two warpgroups; lists of one record format: `wgmma_hm_reads`) and "wgmma_ws" (the
+# per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`) and "wgmma_ws" (the
 # warp-specialised build above). One template renders the three kernels.
 WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws")
 
@@ -146,8 +149,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             if not wgmma_reads(comp_fmt, win_fmt):
                 return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
             if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
-                return ("the heads-on-M build reads lists of one record format (a 64-head query beside two "
-                        "lists' stage buffers would not fit)")
+                return (f"the heads-on-M build's buffers for {get_format(comp_fmt).name} + "
+                        f"{get_format(win_fmt).name} exceed sm_90's shared memory")
             if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
                 return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                         f"{get_format(win_fmt).name} exceed sm_90's shared memory")
@@ -291,34 +294,41 @@ def wgmma_heads(cfg: Config, heads: int, comp_fmt: str | RecordFormat, win_fmt: 
     return WGMMA_HEADS
 
 
+def _region_bytes(c: RecordFormat, w: RecordFormat) -> int:
+    """Both lists' stage buffers as the heads-on-M and warp-specialised builds hold them: one region
+    of stage data rows (two tiles of the wider rows: a list of 64-byte e2m1 rows beside one of
+    128-byte e4m3 rows takes every other half of it, its stage index doubled, so the hand-over
+    tile's two stages never overlap) and each list's side rows (as many stages as its index
+    reaches; one set for a pair of one format)."""
+    (c_row, c_side), (w_row, w_side) = _stage_rows(c), _stage_rows(w)
+    top = max(c_row, w_row)
+    side = 2 * WGMMA_BLOCK_N * ((top // c_row) * c_side + (0 if c.name == w.name else (top // w_row) * w_side))
+    return 8 * WGMMA_BLOCK_N * top + side
+
+
 def wgmma_hm_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
-    """Shared memory of a heads-on-M program: the wgmma path's buffers at 64 heads (P[64 heads,
-    64 keys] instead of P^T: the same bytes)."""
-    return wgmma_shared_bytes(comp_fmt, win_fmt, WGMMA_HM_HEADS)
+    """Shared memory of a heads-on-M program: one tile's four bf16 K chunks, P[64 heads, 64 keys],
+    the 64-head query and the stage region (`_region_bytes`; for a pair of one format the same
+    bytes as the wgmma path's stage buffers)."""
+    c, w = get_format(comp_fmt), get_format(win_fmt)
+    return _mma_bytes(WGMMA_HM_HEADS, k_tiles=1) + _region_bytes(c, w)
 
 
 def wgmma_hm_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    """Whether the heads-on-M build reads this pair: one record format for both lists (they take
-    the stage buffers in turn; two lists' buffers beside a 64-head query would not fit) and its
-    shared memory within sm_90's limit."""
+    """Whether the heads-on-M build reads this pair: both lists' records on the wgmma path and its
+    shared memory within sm_90's limit (the lists take the stage region in turn; two lists'
+    buffers apart beside a 64-head query would not fit)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
-    return c.name == w.name and c.name in WGMMA_FORMATS and \
-        wgmma_hm_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+    return wgmma_reads(c, w) and wgmma_hm_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
 def wgmma_ws_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
     """Shared memory of a warp-specialised program (16 heads): two tiles' four bf16 K chunks, P^T,
-    the query, one region of stage data rows for both lists (two tiles of the wider rows: a list of
-    64-byte e2m1 rows beside one of 128-byte e4m3 rows takes every other half of it, its stage
-    index doubled, so the hand-over tile's two stages never overlap), each list's side rows (as
-    many stages as its index reaches; one set for a pair of one format), and 64 bytes of the four
-    mbarriers and the region's own (the compiler's count beyond the buffers: 488 bytes, fp8_584
-    and nvfp4_288 + fp8_528 alike, 2026-12-04)."""
+    the query, the stage region (`_region_bytes`), and 64 bytes of the four mbarriers and the
+    region's own (the compiler's count beyond the buffers: 488 bytes, fp8_584 and nvfp4_288 +
+    fp8_528 alike, 2026-12-04)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
-    (c_row, c_side), (w_row, w_side) = _stage_rows(c), _stage_rows(w)
-    top = max(c_row, w_row)
-    side = 2 * WGMMA_BLOCK_N * ((top // c_row) * c_side + (0 if c.name == w.name else (top // w_row) * w_side))
-    return _mma_bytes(WGMMA_HEADS, k_tiles=2) + 8 * WGMMA_BLOCK_N * top + side + 64
+    return _mma_bytes(WGMMA_HEADS, k_tiles=2) + _region_bytes(c, w) + 64
 
 
 def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
@@ -326,8 +336,7 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
     and its shared memory within sm_90's limit (nvfp4_288 + fp8_528 in either order: 225344 bytes;
     the V4 pair: 231488)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
-    return c.name in WGMMA_FORMATS and w.name in WGMMA_FORMATS and \
-        wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+    return wgmma_reads(c, w) and wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:

@@ -304,6 +304,7 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
     for pair in ("nvfp4_288+fp8_528", "fp8_528+nvfp4_288", "fp8_584+fp8_584", "nvfp4_288+fp8_528 split"):
         assert ("wgmma", pair, target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", target) in seen  # MMA=wgmma_hm
+    assert ("wgmma", "nvfp4_288+fp8_528 split 64 heads 8 warps heads on M", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", target) in seen  # MMA=wgmma_ws
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
     assert ("soft", "combine pdl", target) in seen
@@ -645,11 +646,12 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     # fp8_584 beside fp8_528: two lists' stage buffers leave no room for 16 heads' query; not read.
     assert wgmma_shared_bytes("fp8_528", "fp8_584", 16) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
     assert not wgmma_reads("fp8_528", "fp8_584") and not wgmma_reads("fp8_584", "fp8_528")
-    # The seeds of a search: the two-warpgroup build too where there are more heads than 16, and
-    # the warp-specialised one last.
-    ws = one.replace(MMA="wgmma_ws")
+    # The seeds of a search: the two-warpgroup build too where there are more heads than 16, the
+    # heads-on-M one past 32, and the warp-specialised one last.
+    ws, hm = one.replace(MMA="wgmma_ws"), two.replace(MMA="wgmma_hm")
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one, ws]
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=32), "sm_90") == [one, two, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, hm, ws]
     assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
@@ -667,7 +669,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     d = sp.default()
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
-    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_ws"}
+    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -729,17 +731,19 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
 
 
 def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
-    # MMA=wgmma_hm: lists of one record format only, two warpgroups, the path's fixed parameters;
-    # the tuner seeds it past 32 heads where it reads the pair; a launch refuses it elsewhere, and
-    # off sm_90.
+    # MMA=wgmma_hm: every pair the wgmma path reads (the V4.1 pair's lists in one stage region),
+    # two warpgroups, the path's fixed parameters; the tuner seeds it past 32 heads; a launch
+    # refuses it off sm_90.
     from catalog.families.decode import SPEC, WGMMA_HM_WARPS, decode_key
 
     hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hm"))
     assert hm["MMA"] == "wgmma_hm" and hm["num_warps"] == WGMMA_HM_WARPS and hm["BLOCK_N"] == 64
     assert wgmma_config(hm.replace(num_warps=4)) == hm  # the build's warps are fixed
+    v41 = wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_hm"))
     for heads in (16, 64, 128):
         assert space("fp8_584", "fp8_584", heads).infeasible(hm) is None
-        assert "one record format" in space("nvfp4_288", "fp8_528", heads).infeasible(hm)
+        assert space("nvfp4_288", "fp8_528", heads).infeasible(v41) is None
+        assert space("fp8_528", "nvfp4_288", heads).infeasible(v41) is None
     assert "num_warps=8" in space("fp8_584", "fp8_584").infeasible(hm.replace(num_warps=4))
     assert SPEC.canonical_config(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm.replace(num_warps=4)) == hm
     assert SPEC.variant_of(hm) == "wgmma" and SPEC.render(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm).source
@@ -747,28 +751,28 @@ def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device
              for h in (16, 32, 64, 128)}
     assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma_ws"],
                      64: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"], 128: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"]}
-    assert "wgmma_hm" not in [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64),
-                                                                   "sm_90")]
+    assert [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64), "sm_90")] == \
+        ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"]
     assert SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "gfx950", 64), "gfx950") == []
 
-    inp = make_decode_inputs("nvfp4_288", "fp8_528", 2, 64, 40, 20, device, seed=3)
-    with pytest.raises(ValueError, match="one record format"):
-        run_decode("nvfp4_288", "fp8_528", hm, inp)
     if not _SM90:
-        inp = make_decode_inputs("fp8_584", "fp8_584", 2, 64, 40, 20, device, seed=3)
-        with pytest.raises(ValueError, match="wgmma"):
-            run_decode("fp8_584", "fp8_584", hm, inp)
+        for pair, cfg in ((("fp8_584", "fp8_584"), hm), (("nvfp4_288", "fp8_528"), v41)):
+            inp = make_decode_inputs(*pair, 2, 64, 40, 20, device, seed=3)
+            with pytest.raises(ValueError, match="wgmma"):
+                run_decode(*pair, cfg, inp)
 
 
-def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill() -> None:
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> None:
     # The heads-on-M build (decode_wgmma_hm_kernel: 64 heads a program, two warpgroups),
     # compiled on the CPU for sm_90 as test_wgmma_kernel_fits_sm90... does: within the registers
     # and the opt-in shared memory, as `wgmma_hm_shared_bytes` predicts it, records by cp.async.
-    # The V4 record pair (the fp8_528 pair's build: 243 registers, 207 KB, no spills; static, 2026-12-02).
+    # The V4 record pair (241 registers, 221696 bytes) and the V4.1 pair, its two lists in one
+    # stage region (241 registers, 215552 bytes; static, 2026-12-04). fp8_584 beside fp8_528 is
+    # no pair of the wgmma path (its 16-head buffers exceed the limit), so of no build of it.
     from catalog.families.decode import wgmma_hm_reads, wgmma_hm_shared_bytes
 
-    pair = ("fp8_584", "fp8_584")
-    assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("nvfp4_288", "fp8_528")
+    assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("fp8_584", "fp8_528")
     _sm90_static_profile(pair, "MMA=wgmma_hm", wgmma_hm_shared_bytes(*pair))
 
 
@@ -885,7 +889,8 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528")], ids=lambda p: "+".join(p))
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "fp8_528"),
+                                  ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
 def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
     """The heads-on-M build (MMA=wgmma_hm) at 16, 24, 64 and 128 heads (one group of 64 padded,
     and two), T = 1, 8, 64, one program a token and several, with and without sink, a token whose

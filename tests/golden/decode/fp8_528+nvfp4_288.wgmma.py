@@ -216,6 +216,40 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
     return m_new, l_r, o0, o1, o2, o3
 
 
+@gluon.jit
+def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+               s_l: gl.constexpr, o_l: gl.constexpr):
+    # _attend with the heads on M (decode_wgmma_hm_kernel): MMA 1 S[64 heads, 64 keys] =
+    # sum_c q_c K_c^T (the query chunk the A operand, the K chunk read transposed as B); the
+    # softmax reduces over the keys (columns); MMA 2 O_c[64 heads, 128 dims] += P K_c (P from
+    # shared memory as A, the K chunk as B with its dims contiguous).
+    fence_async_shared()
+    gl.thread_barrier()
+    s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
+                      gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
+    for c in gl.static_range(1, 4):
+        s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(kz + c).permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    s = gl.where(valid[None, :], s * (scale_log2 * K_UNIT), float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - m_use[:, None])
+    l_r = l_r * alpha[:, None] + p
+    p = p * K_UNIT
+    p_smem.index(z).store(p.to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
+    a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+    pz = p_smem.index(z)
+    o0 = warpgroup_mma(pz, kv_smem.index(kz), o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(pz, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(pz, kv_smem.index(kz + 2), o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(pz, kv_smem.index(kz + 3), o3 * a_o, is_async=True)
+    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
+    return m_new, l_r, o0, o1, o2, o3
+
+
 
 # fp8_528: a chunk of 128 dims is 4 scale tiles of 32 bytes a key, as
 # [keys, tiles, bytes]; a thread takes 8 contiguous bytes of a key.
@@ -328,6 +362,52 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         b, sb = _comp_take(rows, srows, u, 3, L3)
         kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
+        slot = slot_n
+        slot_n = slot_nn
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
+        p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, nxt_rows, nxt_srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
+        kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer u0 (issued at the
+    # kernel's start or during the other list's last tile; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
+    # cp.async into one of two stage buffers while the tile before it is dequantized and
+    # attended (its slots are loaded a tile before that), so a tile waits for no memory round
+    # trip of its own. Loaded into registers a tile early instead, the records spilled the kernel
+    # (255 registers).
+    # The next list's first tile (nxt_tiles > 0: it has tiles in this program's share) travels
+    # during this list's last into the stage this list frees, so the window list starts as any
+    # other tile does.
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
+    for t in range(t0, t1):
+        # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
+        # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
+        # the loop, not hoisted out of it and kept live (255 registers and spills that way;
+        # static sm_90 counts).
+        z = t >> 31
+        u = (t - t0 + u0) & 1
+        if t + 1 < t1:
+            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+        elif nxt_tiles > 0:
+            _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, 2 * (u ^ 1), NXT_SHIFT)
+        async_copy.commit_group()  # one group a tile (empty past the share), so 1 left = this tile's
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        # This tile's records are in (every thread's copies), and every warp is done with the
+        # previous tile's MMAs before the chunks are rewritten.
+        gl.thread_barrier()
+        b, sb = _comp_take(rows, srows, u, 0, L3)
+        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 1, L3)
+        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 2, L3)
+        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        b, sb = _comp_take(rows, srows, u, 3, L3)
+        kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
@@ -446,6 +526,52 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         b, sb = _win_take(rows, srows, u, 3, L3)
         kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
+                                           scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
+        slot = slot_n
+        slot_n = slot_nn
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _win_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
+        p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, nxt_rows, nxt_srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
+        kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list, the first already on its way into stage buffer u0 (issued at the
+    # kernel's start or during the other list's last tile; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
+    # cp.async into one of two stage buffers while the tile before it is dequantized and
+    # attended (its slots are loaded a tile before that), so a tile waits for no memory round
+    # trip of its own. Loaded into registers a tile early instead, the records spilled the kernel
+    # (255 registers).
+    # The next list's first tile (nxt_tiles > 0: it has tiles in this program's share) travels
+    # during this list's last into the stage this list frees, so the window list starts as any
+    # other tile does.
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
+    for t in range(t0, t1):
+        # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
+        # are indexed by it so that the ~100 wgmma descriptors (64-bit each) are formed inside
+        # the loop, not hoisted out of it and kept live (255 registers and spills that way;
+        # static sm_90 counts).
+        z = t >> 31
+        u = (t - t0 + u0) & 1
+        if t + 1 < t1:
+            _win_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, 2 * (u ^ 1), SHIFT)
+        elif nxt_tiles > 0:
+            _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, 2 * (u ^ 1), NXT_SHIFT)
+        async_copy.commit_group()  # one group a tile (empty past the share), so 1 left = this tile's
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        async_copy.wait_group(1)
+        # This tile's records are in (every thread's copies), and every warp is done with the
+        # previous tile's MMAs before the chunks are rewritten.
+        gl.thread_barrier()
+        b, sb = _win_take(rows, srows, 2 * (u), 0, L3)
+        kv_smem.index(z + 0).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, 2 * (u), 1, L3)
+        kv_smem.index(z + 1).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, 2 * (u), 2, L3)
+        kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
+        b, sb = _win_take(rows, srows, 2 * (u), 3, L3)
+        kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
         slot = slot_n
         slot_n = slot_nn
@@ -606,6 +732,171 @@ def decode_wgmma_kernel(
         gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
         inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
         base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+
+
+@gluon.jit
+def decode_wgmma_hm_kernel(
+    q_ptr,  # [T, H, D] bf16, unit stride along D
+    comp_ptr,  # uint8 pages of the compressed cache
+    topk_ptr,  # [T, topk] int32 slots, -1 = none
+    win_ptr,  # uint8 pages of the window cache
+    widx_ptr,  # [T, window] int32 slots, -1 = none
+    sink_ptr,  # [H] fp32 (unused without HAS_SINK)
+    o_ptr,  # [T, H, D] bf16, contiguous
+    lse_ptr,  # [T, H] fp32, contiguous
+    part_o_ptr,  # SPLIT: [T, P, H, D] fp32 unnormalised partial outputs, P = programs per token
+    part_ml_ptr,  # SPLIT: [T, P, H, 2] fp32 (running max in log2 units, sum of exp2)
+    n_heads,
+    topk,
+    window,
+    comp_page_size,
+    comp_page_bytes,
+    win_page_size,
+    win_page_bytes,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_wt,
+    tiles_per_prog,  # key tiles (of 64) a program walks
+    scale_log2,  # sm_scale * log2(e)
+    HB: gl.constexpr,
+    COMP_SHIFT: gl.constexpr,  # log2 of the compressed cache's page size, -1 if not a power of two
+    WIN_SHIFT: gl.constexpr,  # the same for the window cache
+    SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    gl.static_assert(num_warps == 8)
+    gl.static_assert(HB == 64)
+    # Two warpgroups, the 64 heads on the MMAs' M: S[64 heads, 64 keys] and each O_c[64 heads, 128
+    # dims] split by columns between them (keys, dims); the query chunks are MMA 1's A operand, P
+    # MMA 2's, both from shared memory.
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16])
+    kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
+    hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
+    cL: gl.constexpr = _comp_l3(num_warps)
+    wL: gl.constexpr = _win_l3(num_warps)
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    # Grid axis 2: the heads in groups of HB (more heads than one MMA's N: each group's program
+    # walks the same records; a group past the first finds most of them in L2).
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    # The stage buffers (two tiles of raw records; see _comp_hm_pass), the two lists' in turn.
+    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
+    # list's stage at index 2u.
+    stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
+    c_rows = stage_rows
+    c_srows = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 16], st_l)
+    w_rows = stage_rows._reinterpret(gl.uint8, [16, BLOCK_N, 64], st_l)
+    w_srows = gl.allocate_shared_memory(gl.uint8, [4, BLOCK_N, 32], st_l)
+    # Every load the first tiles wait for is issued before any of them is waited for: each list's
+    # first two tiles' slots and the query, then the first tiles' records (by their slots). One
+    # after another, the waits were three round trips: 19% of the warps' time at T=64 (H200,
+    # benchmarks/results/ncu_decode_wgmma_cpasync.md); loads first, T=1 8.57 -> 7.90 us.
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    c_lim = gl.minimum(topk, c1 * BLOCK_N)
+    c_slot = _slots(topk_row, c_lim, c0 * BLOCK_N, kl)
+    c_slot_n = _slots(topk_row, c_lim, (c0 + 1) * BLOCK_N, kl)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+    w_lim = gl.minimum(window, w1 * BLOCK_N)
+    w_slot = _slots(widx_row, w_lim, w0 * BLOCK_N, kl)
+    w_slot_n = _slots(widx_row, w_lim, (w0 + 1) * BLOCK_N, kl)
+    # The query as four K-major chunks [heads, 128] (MMA 1's B operand, transposed view), each
+    # 8-dim group in the order the K chunks have it (_group_order).
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    # This program's first tile: the compressed list's, or the window list's if its share has none.
+    if c0 < c1:
+        _comp_issue(comp_ptr, c_slot, comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
+    elif w0 < w1:
+        _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+    async_copy.commit_group()
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
+
+
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_r = gl.zeros([HB, BLOCK_N], gl.float32, s_l)  # per-column sums of exp2 (see _attend)
+    o0 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o1 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o2 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o3 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    fence_async_shared()
+
+    # The compressed list's tiles of this program's share, then the window list's.
+    m_i, l_r, o0, o1, o2, o3 = _comp_hm_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
+                                          comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0, win_ptr,
+                                          w_slot, win_page_size, win_page_bytes, w1 - w0, w_rows, w_srows, m_i, l_r,
+                                          o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
+    # The window list's first tile went into the buffer after the compressed list's last.
+    m_i, l_r, o0, o1, o2, o3 = _win_hm_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
+                                          win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows,
+                                          gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
+                                          win_page_bytes, 0, w_rows, w_srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl,
+                                          wL, s_l, o_l, WIN_SHIFT, WIN_SHIFT)
+    if SPLIT:
+        _launch_dependents()
+    l_i = gl.sum(l_r, axis=1)
+
+    # O's columns are K's stored dims: each 8-dim group in _group_order's order.
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
+    ohm = (oh < n_heads)[:, None]
+    h = h0 + gl.arange(0, HB, layout=hl)
+    hmask = h < n_heads
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+    else:
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(1, o_l))[:, None]
+        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
         gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)

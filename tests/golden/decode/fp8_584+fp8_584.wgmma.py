@@ -386,7 +386,7 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
 
 @gluon.jit
 def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
-        p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, m_i, l_r, o0, o1, o2, o3, scale_log2,
+        p_smem, rows, srows, u0, nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_tiles, nxt_rows, nxt_srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
     # Tiles [t0, t1) of one list, the first already on its way into stage buffer u0 (issued at the
     # kernel's start or during the other list's last tile; `slot`, `slot_n`: the slots of the first two). A tile's records travel by
@@ -394,9 +394,9 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
     # attended (its slots are loaded a tile before that), so a tile waits for no memory round
     # trip of its own. Loaded into registers a tile early instead, the records spilled the kernel
     # (255 registers).
-    # Both lists share the stage buffers (one record format): during this list's last tile the
-    # next list's first (nxt_tiles > 0: it has tiles in this program's share) travels into the
-    # buffer this list frees, so the window list starts as any other tile does.
+    # The next list's first tile (nxt_tiles > 0: it has tiles in this program's share) travels
+    # during this list's last into the stage this list frees, so the window list starts as any
+    # other tile does.
     lim = gl.minimum(n_keys, t1 * BLOCK_N)  # no loads for tiles past this program's share
     for t in range(t0, t1):
         # Zero for every tile (t >= 0), but not a constant to the compiler: the shared buffers
@@ -408,7 +408,7 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         if t + 1 < t1:
             _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
         elif nxt_tiles > 0:
-            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, rows, srows, u ^ 1, NXT_SHIFT)
+            _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, u ^ 1, NXT_SHIFT)
         async_copy.commit_group()  # one group a tile (empty past the share), so 1 left = this tile's
         slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
         async_copy.wait_group(1)
@@ -706,14 +706,14 @@ def decode_wgmma_hm_kernel(
     # The compressed list's tiles of this program's share, then the window list's.
     m_i, l_r, o0, o1, o2, o3 = _comp_hm_pass(comp_ptr, topk_row, topk, c0, c1, c_slot, c_slot_n, comp_page_size,
                                           comp_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows, 0, win_ptr,
-                                          w_slot, win_page_size, win_page_bytes, w1 - w0, m_i, l_r, o0, o1, o2, o3,
-                                          scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
+                                          w_slot, win_page_size, win_page_bytes, w1 - w0, c_rows, c_srows, m_i, l_r,
+                                          o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l, COMP_SHIFT, WIN_SHIFT)
     # The window list's first tile went into the buffer after the compressed list's last.
     m_i, l_r, o0, o1, o2, o3 = _comp_hm_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n, win_page_size,
                                           win_page_bytes, kv_smem, q_smem, p_smem, c_rows, c_srows,
                                           gl.maximum(c1 - c0, 0) & 1, win_ptr, w_slot, win_page_size,
-                                          win_page_bytes, 0, m_i, l_r, o0, o1, o2, o3, scale_log2, kl, cL, s_l, o_l,
-                                          WIN_SHIFT, WIN_SHIFT)
+                                          win_page_bytes, 0, c_rows, c_srows, m_i, l_r, o0, o1, o2, o3, scale_log2, kl,
+                                          cL, s_l, o_l, WIN_SHIFT, WIN_SHIFT)
     if SPLIT:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=1)

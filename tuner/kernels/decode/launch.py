@@ -401,9 +401,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     mod = _wgmma_module(cf.name, wf.name)
-    kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": getattr(mod, "decode_wgmma_hm_kernel", None),
-              "wgmma_ws": getattr(mod, "decode_wgmma_ws_kernel", None)}[cfg["MMA"]]
-    assert kernel is not None, cfg  # `space` refuses the builds a pair's module lacks
+    kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
+              "wgmma_ws": mod.decode_wgmma_ws_kernel}[cfg["MMA"]]
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),

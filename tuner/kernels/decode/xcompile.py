@@ -58,8 +58,10 @@ def xcompile_cases() -> list[XCompileCase]:
             cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
     cases.append(wgmma_case(cf, wf, split=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
-    # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on the V4 record pair.
+    # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on both of issue 28's
+    # pairs (the V4.1 pair's lists in one stage region).
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
+    cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
