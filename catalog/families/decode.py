@@ -63,11 +63,22 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
 # template's WS_PRODUCER_WARPS / WS_PRODUCER_REGS.
 WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-specialised region
 
+# The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
+# layout of the work: "wgmma_hm"'s two warpgroups (64 heads on M) consume two bf16 K tiles that a
+# producer warpgroup fills, reading each tile's records from global memory straight into its
+# registers (two K tiles beside the 64-head query leave no room for stage buffers), so the
+# dequantization of the next tile runs under this tile's MMAs. Every pair the wgmma path reads.
+# H200, 128 heads T=64 (2026-12-04): V4.1 pair 53.7 us against 57.8 for "wgmma_hm", V4 pair 57.9
+# against 60.7; behind two warpgroups at T <= 8 and at 64 heads
+# (benchmarks/results/decode_hmws_h200.md). Seeded after "wgmma_hm".
+WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
+
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
 # per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`) and "wgmma_ws" (the
-# warp-specialised build above). One template renders the three kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws")
+# warp-specialised build above) and "wgmma_hmws" (the heads-on-M build as the consumer of a
+# producer warpgroup, below). One template renders the four kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws")
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -151,6 +162,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
                 return (f"the heads-on-M build's buffers for {get_format(comp_fmt).name} + "
                         f"{get_format(win_fmt).name} exceed sm_90's shared memory")
+            if c["MMA"] == "wgmma_hmws" and wgmma_hmws_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+                return "the heads-on-M warp-specialised build's buffers exceed sm_90's shared memory"
             if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
                 return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                         f"{get_format(win_fmt).name} exceed sm_90's shared memory")
@@ -245,6 +258,8 @@ def wgmma_config(cfg: Config) -> Config:
         mma, warps = "wgmma_hm", WGMMA_HM_WARPS
     elif cfg["MMA"] == "wgmma_ws":
         mma, warps = "wgmma_ws", WGMMA_WS_WARPS
+    elif cfg["MMA"] == "wgmma_hmws":
+        mma, warps = "wgmma_hmws", WGMMA_HMWS_WARPS
     else:
         mma, warps = "wgmma", cfg["num_warps"]
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
@@ -339,6 +354,15 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
     return wgmma_reads(c, w) and wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
+def wgmma_hmws_shared_bytes() -> int:
+    """Shared memory of a heads-on-M warp-specialised program, any pair: two tiles' four bf16 K
+    chunks, P[64 heads, 64 keys], the 64-head query (no stage buffers: its producer loads the
+    records into registers), and 804 bytes of its four mbarriers and the warp-specialised region's
+    own state (what the compiler reported beyond the buffers for both of issue 28's pairs,
+    2026-12-04: 205604 bytes)."""
+    return _mma_bytes(WGMMA_HM_HEADS, k_tiles=2) + 804
+
+
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     """Whether the wgmma path reads this record pair: both sides WGMMA_FORMATS, and a 16-head
     program's shared memory within sm_90's limit (not fp8_584 beside fp8_528: two lists' stage
@@ -421,6 +445,7 @@ class DecodeSpec(FamilySpec):
         # More than a two-warpgroup program's 32: 64 heads a program on M.
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
+            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmws")))
         # The warp-specialised build, last (it wins on programs of several tiles, and loses at
         # one: the search sees both).
         if wgmma_ws_reads(*key.formats):

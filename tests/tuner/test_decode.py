@@ -305,6 +305,8 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
         assert ("wgmma", pair, target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", target) in seen  # MMA=wgmma_hm
     assert ("wgmma", "nvfp4_288+fp8_528 split 64 heads 8 warps heads on M", target) in seen
+    for pair in ("fp8_584+fp8_584", "nvfp4_288+fp8_528"):  # MMA=wgmma_hmws
+        assert ("wgmma", f"{pair} split 64 heads 8 warps heads on M warp-specialised", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", target) in seen  # MMA=wgmma_ws
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
     assert ("soft", "combine pdl", target) in seen
@@ -648,10 +650,10 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     assert not wgmma_reads("fp8_528", "fp8_584") and not wgmma_reads("fp8_584", "fp8_528")
     # The seeds of a search: the two-warpgroup build too where there are more heads than 16, the
     # heads-on-M one past 32, and the warp-specialised one last.
-    ws, hm = one.replace(MMA="wgmma_ws"), two.replace(MMA="wgmma_hm")
+    ws, hm, hmws = one.replace(MMA="wgmma_ws"), two.replace(MMA="wgmma_hm"), two.replace(MMA="wgmma_hmws")
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one, ws]
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=32), "sm_90") == [one, two, ws]
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, hm, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, hm, hmws, ws]
     assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
@@ -669,7 +671,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     d = sp.default()
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
-    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws"}
+    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -692,11 +694,13 @@ def test_wgmma_refused_where_it_cannot_run(device: str) -> None:
         run_decode("nvfp4_288", "fp8_528", _wgmma("nvfp4_288", "fp8_528"), inp)
 
 
-def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared: int) -> dict[str, str]:
+def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared: int, max_spills: int = 0,
+                         cp_async: bool = True) -> dict[str, str]:
     """`benchmarks/static_profile.py` of one wgmma build, compiled on the CPU for sm_90 (in a
-    process without TRITON_INTERPRET), checked as every wgmma build must be: no spills, at most
-    255 registers, shared memory from `predicted_shared` to that plus the compiler's slack (and
-    within sm_90's opt-in limit), records by cp.async (LDGSTS), MMAs by wgmma. Its row."""
+    process without TRITON_INTERPRET), checked as every wgmma build must be: no spills (or at most
+    the `max_spills` bytes its H200 timings were taken with), at most 255 registers, shared memory
+    from `predicted_shared` to that plus the compiler's slack (and within sm_90's opt-in limit),
+    records by cp.async (LDGSTS; `cp_async=False`: by plain loads), MMAs by wgmma. Its row."""
     from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -706,10 +710,10 @@ def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared:
     rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
     got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
     assert got["config"] == cfg_text, out
-    assert int(got["spills"]) == 0 and int(got["registers"]) <= 255, out
+    assert int(got["spills"]) <= max_spills and int(got["registers"]) <= 255, out
     assert predicted_shared <= int(got["shared_bytes"]) <= predicted_shared + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, \
         (predicted_shared, out)
-    assert int(got["cp.async"]) >= 8 and int(got["wgmma"]) > 0, out
+    assert (int(got["cp.async"]) >= 8 if cp_async else int(got["ld.global"]) >= 8) and int(got["wgmma"]) > 0, out
     return got
 
 
@@ -749,10 +753,9 @@ def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device
     assert SPEC.variant_of(hm) == "wgmma" and SPEC.render(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm).source
     seeds = {h: [c["MMA"] for c in SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90", h), "sm_90")]
              for h in (16, 32, 64, 128)}
-    assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma_ws"],
-                     64: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"], 128: ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"]}
-    assert [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64), "sm_90")] == \
-        ["wgmma", "wgmma", "wgmma_hm", "wgmma_ws"]
+    past32 = ["wgmma", "wgmma", "wgmma_hm", "wgmma_hmws", "wgmma_ws"]
+    assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma_ws"], 64: past32, 128: past32}
+    assert [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64), "sm_90")] == past32
     assert SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "gfx950", 64), "gfx950") == []
 
     if not _SM90:
@@ -774,6 +777,19 @@ def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill(pair: tuple[str, st
 
     assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("fp8_584", "fp8_528")
     _sm90_static_profile(pair, "MMA=wgmma_hm", wgmma_hm_shared_bytes(*pair))
+
+
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
+    # The heads-on-M warp-specialised build (decode_wgmma_hmws_kernel: the heads-on-M consumer at
+    # 192 registers, a producer warpgroup at 128 loading records into registers), compiled on the
+    # CPU for sm_90: two K tiles, the 64-head query and P, as `wgmma_hmws_shared_bytes` predicts
+    # (no stage buffers, so no cp.async); the V4 pair with the 32 bytes of spills its H200 timings
+    # (benchmarks/results/decode_hmws_h200.md) were taken with, the V4.1 pair without.
+    from catalog.families.decode import wgmma_hmws_shared_bytes
+
+    _sm90_static_profile(pair, "MMA=wgmma_hmws", wgmma_hmws_shared_bytes(),
+                         max_spills=32 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
 
 
 def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
@@ -889,15 +905,16 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("mma", ["wgmma_hm", "wgmma_hmws"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "fp8_528"),
                                   ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
-def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
-    """The heads-on-M build (MMA=wgmma_hm) at 16, 24, 64 and 128 heads (one group of 64 padded,
-    and two), T = 1, 8, 64, one program a token and several, with and without sink, a token whose
-    lists are all -1; then an odd shape with pages of 16 and 8. Outputs checked against the
-    float64 reference."""
+def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: str) -> None:
+    """The heads-on-M builds (MMA=wgmma_hm, and wgmma_hmws: its warp-specialised one) at 16, 24, 64
+    and 128 heads (one group of 64 padded, and two), T = 1, 8, 64, one program a token and
+    several, with and without sink, a token whose lists are all -1; then an odd shape with pages
+    of 16 and 8. Outputs checked against the float64 reference."""
     comp, win = pair
-    hm = wgmma_config(default_config(comp, win).replace(MMA="wgmma_hm"))
+    hm = wgmma_config(default_config(comp, win).replace(MMA=mma))
     for heads in (16, 24, 64, 128):
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)

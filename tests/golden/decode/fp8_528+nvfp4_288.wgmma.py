@@ -218,7 +218,7 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
 
 @gluon.jit
 def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-               s_l: gl.constexpr, o_l: gl.constexpr):
+               s_l: gl.constexpr, o_l: gl.constexpr, ROW_SUMS: gl.constexpr):
     # _attend with the heads on M (decode_wgmma_hm_kernel): MMA 1 S[64 heads, 64 keys] =
     # sum_c q_c K_c^T (the query chunk the A operand, the K chunk read transposed as B); the
     # softmax reduces over the keys (columns); MMA 2 O_c[64 heads, 128 dims] += P K_c (P from
@@ -235,7 +235,12 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
     p = gl.exp2(s - m_use[:, None])
-    l_r = l_r * alpha[:, None] + p
+    if ROW_SUMS:
+        # A head's sum a tile (l_r [heads]): one more reduction across the two warpgroups a tile,
+        # 16 registers a thread fewer (the warp-specialised consumer's 192 hold it without spills).
+        l_r = l_r * alpha + gl.sum(p, axis=1)
+    else:
+        l_r = l_r * alpha[:, None] + p  # per key column until the end (l_r [heads, keys]), as _attend
     p = p * K_UNIT
     p_smem.index(z).store(p.to(gl.bfloat16))
     fence_async_shared()
@@ -328,6 +333,21 @@ def _comp_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
+def _comp_fetch(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.constexpr, SHIFT: gl.constexpr):
+    # Chunk c of the keys `slot` straight from global memory, as _take returns it from a stage
+    # buffer: bytes [keys, tiles, bytes] and scales [keys, tiles] (a slot of -1 reads zeros).
+    K1: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    data, valid = _record_rows(slot, page_size, page_bytes, 0, K1, 512, SHIFT)
+    srow, _ = _record_rows(slot, page_size, page_bytes, page_size * 512, K1, 16, SHIFT)
+    kb = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    bb = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    off = (c * 128 + kb * 32)[None, :, None] + bb[None, None, :]
+    b = gl.load(cache_ptr + data[:, None, None] + off, mask=valid[:, None, None], other=0)
+    sb = gl.load(cache_ptr + srow[:, None] + (c * 4 + kb)[None, :], mask=valid[:, None], other=0)
+    return b, sb
+
+
+@gluon.jit
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
@@ -408,7 +428,7 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         b, sb = _comp_take(rows, srows, u, 3, L3)
         kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
+                                           scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l, False)
         slot = slot_n
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
@@ -492,6 +512,21 @@ def _win_chunk(b, sb, L3: gl.constexpr):
 
 
 @gluon.jit
+def _win_fetch(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.constexpr, SHIFT: gl.constexpr):
+    # Chunk c of the keys `slot` straight from global memory, as _take returns it from a stage
+    # buffer: bytes [keys, tiles, bytes] and scales [keys, tiles] (a slot of -1 reads zeros).
+    K1: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    data, valid = _record_rows(slot, page_size, page_bytes, 0, K1, 256, SHIFT)
+    srow, _ = _record_rows(slot, page_size, page_bytes, page_size * 256, K1, 32, SHIFT)
+    kb = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    bb = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    off = (c * 64 + kb * 8)[None, :, None] + bb[None, None, :]
+    b = gl.load(cache_ptr + data[:, None, None] + off, mask=valid[:, None, None], other=0)
+    sb = gl.load(cache_ptr + srow[:, None] + (c * 8 + kb)[None, :], mask=valid[:, None], other=0)
+    return b, sb
+
+
+@gluon.jit
 def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
@@ -572,7 +607,7 @@ def _win_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, pa
         b, sb = _win_take(rows, srows, 2 * (u), 3, L3)
         kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
-                                           scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
+                                           scale_log2, 2.0 ** K_SHIFT, s_l, o_l, False)
         slot = slot_n
         slot_n = slot_nn
     return m_i, l_r, o0, o1, o2, o3
@@ -1034,6 +1069,24 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
 
 
 @gluon.jit
+def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
+                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, True)
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(u))
+        slot = slot_n
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
 def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
                  kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
                  hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
@@ -1162,3 +1215,209 @@ def decode_wgmma_ws_kernel(
         gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+# The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
+# (64 heads on M) as the consumer, beside a producer warpgroup that reads each tile's records
+# straight from global memory into registers, as FlashMLA's sm90 sparse decode does (two bf16 K
+# tiles and the 64-head query leave no room for stage buffers: 200 KiB of 227), and dequantizes
+# them into the K buffer whose MMAs are done. Registers: 128 a producer thread, the consumer's 256
+# threads 192 (Triton's split of the rest), which hold its state with a head's sums kept a tile
+# (_attend_hm's ROW_SUMS); static sm_90: V4.1 pair no spills, V4 pair 32 bytes (96 producer
+# registers: 656, 112: 228, 120: 16, 136: 32). H200, 128 heads T=64: V4.1 pair 53.7 us against
+# 60.2 for decode_wgmma_hm_kernel, V4 pair 57.9 against 61.5; behind two warpgroups at T <= 8
+# (benchmarks/results/decode_hmws_h200.md). What binds it next: each producer thread holds a whole
+# tile's records while it converts them (its loads wait on nothing else), and the consumer's
+# two warpgroups reduce S across each other every tile (FlashMLA gives QK and the softmax to one
+# warpgroup, the other only the second half of PV).
+HMWS_PRODUCER_WARPS = gl.constexpr(4)
+HMWS_PRODUCER_REGS = gl.constexpr(128)
+
+
+@gluon.jit
+def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
+                        kl: gl.constexpr, SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (K buffer i & 1): a tile's
+    # loads are issued before the wait for its buffer, so they travel while the consumer still
+    # reads it.
+    L3: gl.constexpr = _comp_l3(gl.num_warps())
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        b0, sb0 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
+        b1, sb1 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
+        b2, sb2 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
+        b3, sb3 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
+        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+        kz = (t >> 31) + 4 * u
+        kv_smem.index(kz + 0).store(_comp_chunk(b0, sb0, L3))
+        kv_smem.index(kz + 1).store(_comp_chunk(b1, sb1, L3))
+        kv_smem.index(kz + 2).store(_comp_chunk(b2, sb2, L3))
+        kv_smem.index(kz + 3).store(_comp_chunk(b3, sb3, L3))
+        fence_async_shared()
+        gl.thread_barrier()  # all of K written
+        mbarrier.arrive(ready.index(u))
+        slot = slot_n
+
+
+@gluon.jit
+def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
+                        kl: gl.constexpr, SHIFT: gl.constexpr):
+    # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (K buffer i & 1): a tile's
+    # loads are issued before the wait for its buffer, so they travel while the consumer still
+    # reads it.
+    L3: gl.constexpr = _win_l3(gl.num_warps())
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        b0, sb0 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
+        b1, sb1 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
+        b2, sb2 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
+        b3, sb3 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
+        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+        kz = (t >> 31) + 4 * u
+        kv_smem.index(kz + 0).store(_win_chunk(b0, sb0, L3))
+        kv_smem.index(kz + 1).store(_win_chunk(b1, sb1, L3))
+        kv_smem.index(kz + 2).store(_win_chunk(b2, sb2, L3))
+        kv_smem.index(kz + 3).store(_win_chunk(b3, sb3, L3))
+        fence_async_shared()
+        gl.thread_barrier()  # all of K written
+        mbarrier.arrive(ready.index(u))
+        slot = slot_n
+
+
+@gluon.jit
+def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                   comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT: gl.constexpr,
+                   WIN_SHIFT: gl.constexpr):
+    kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
+                       kl, COMP_SHIFT)
+    _hmws_produce_win(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
+                       kv_smem, ready, empty, kl, WIN_SHIFT)
+
+
+@gluon.jit
+def _hmws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
+                   kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
+                   hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_r = gl.zeros([HB], gl.float32, hl)  # a head's sum of exp2 (see _attend_hm's ROW_SUMS)
+    o0 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o1 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o2 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o3 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list_hm(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
+                                                   m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                   2.0 ** E4M3_SHIFT, kl, s_l, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_list_hm(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
+                                                   p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                                   2.0 ** K_SHIFT, kl, s_l, o_l)
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def decode_wgmma_hmws_kernel(
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
+    n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+):
+    # decode_wgmma_kernel's arguments and results; num_warps = 8 (the consumer's two warpgroups;
+    # the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64.
+    gl.static_assert(num_warps == 8)
+    gl.static_assert(HB == 64)
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16])
+    kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
+    hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(2):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
+        (_hmws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
+                          w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
+        (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
+                          WIN_SHIFT)),
+    ], [HMWS_PRODUCER_WARPS], [HMWS_PRODUCER_REGS])
+    if SPLIT:
+        _launch_dependents()
+    l_i = l_r
+
+    # O's columns are K's stored dims: each 8-dim group in _group_order's order.
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
+    ohm = (oh < n_heads)[:, None]
+    h = h0 + gl.arange(0, HB, layout=hl)
+    hmask = h < n_heads
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+    else:
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(1, o_l))[:, None]
+        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+

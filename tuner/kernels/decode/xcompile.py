@@ -65,6 +65,11 @@ def xcompile_cases() -> list[XCompileCase]:
     # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
+    # The heads-on-M warp-specialised build (MMA=wgmma_hmws: a producer warpgroup beside the
+    # heads-on-M consumer), both pairs.
+    cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
+                            build="ws"))
+    cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True, build="ws"))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -88,9 +93,11 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
                heads_on_m: bool = False, build: str = "") -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
-    warp-specialised one (16 heads, the consumer's 4 warps)."""
+    warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
+    heads-on-M warp-specialised one (64 heads, the consumer's 8 warps)."""
     rendered = render_wgmma(cf, wf)
-    name = "decode_wgmma_hm_kernel" if heads_on_m else "decode_wgmma_ws_kernel" if build == "ws" else "decode_wgmma_kernel"
+    name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
+            (False, "ws"): "decode_wgmma_ws_kernel", (False, ""): "decode_wgmma_kernel"}[(heads_on_m, build)]
     return XCompileCase(
         variant="wgmma",
         rendered=rendered,
