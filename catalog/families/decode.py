@@ -75,9 +75,9 @@ WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
-# per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`) and "wgmma_ws" (the
-# warp-specialised build above) and "wgmma_hmws" (the heads-on-M build as the consumer of a
-# producer warpgroup, below). One template renders the four kernels.
+# per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`), "wgmma_ws" (the
+# warp-specialised build) and "wgmma_hmws" (the heads-on-M build as the consumer of a producer
+# warpgroup), both above. One template renders the four kernels.
 WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws")
 
 
@@ -434,15 +434,16 @@ class DecodeSpec(FamilySpec):
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second
-        (and, above 16 heads, its two-warpgroup build third; above 32, where it reads the pair, the
-        heads-on-M build fourth; where its buffers fit, the warp-specialised build last), since a few TPE trials may not draw it (8 trials of a T=1 tune
-        did not: benchmarks/results/tune_decode_wgmma_h200.log)."""
+        (and, above 16 heads, its two-warpgroup build third; above 32 the heads-on-M build and its
+        warp-specialised one next; where its buffers fit, the warp-specialised build last), since
+        a few TPE trials may not draw it (8 trials of a T=1 tune did not:
+        benchmarks/results/tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))
         # More heads than one warpgroup's 16: two warpgroups of 32 heads as well.
         seeds = [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
-        # More than a two-warpgroup program's 32: 64 heads a program on M.
+        # More than a two-warpgroup program's 32: 64 heads a program on M, and its warp-specialised build.
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmws")))
