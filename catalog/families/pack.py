@@ -43,6 +43,15 @@ MEASURED_DEFAULTS: dict[str, tuple[int, int, int]] = {
 }
 
 
+# The best pipelined configs measured (BLOCKS_PER_PROG=8, num_stages=2), as (backend, BLOCK_T,
+# TILES_PER_PROG, num_warps): fp8_584 on sm_90, 445.1 us at 1M tokens against 649.4 for the
+# default of the same run (benchmarks/results/pack_h200_onerun.md); 24 TPE trials of a tune did not
+# draw it (benchmarks/results/tune_pack_fp8_584_pipelined_h200.log), so a search seeds it.
+MEASURED_PIPELINED: dict[str, tuple[str, int, int, int]] = {
+    "fp8_584": ("cvt", 4, 8, 1),
+}
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -204,10 +213,19 @@ class PackSpec(FamilySpec):
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The default's tiles with each other element backend legal on `target` (nvfp4_288 on
         sm_90: swar at the default tiles, 1.54x over the default; 24 TPE trials drew other tiles
-        with swar and stopped at 1.39x: benchmarks/results/tune_pack_h200.md)."""
+        with swar and stopped at 1.39x: benchmarks/results/tune_pack_h200.md), then the format's
+        measured pipelined config where its backend is legal (MEASURED_PIPELINED; the cache's
+        kernel only: the query's has no blocks loop)."""
+        fmt = key.formats[0]
         dflt = self.default_config(key)
-        return [dflt.replace(backend=b) for b in backends_of(key.formats[0])
-                if b != dflt["backend"] and backend_legality(key.formats[0], b, target) is None]
+        seeds = [dflt.replace(backend=b) for b in backends_of(fmt)
+                 if b != dflt["backend"] and backend_legality(fmt, b, target) is None]
+        piped = MEASURED_PIPELINED.get(get_format(fmt).name)
+        if piped and not is_query_key(key) and backend_legality(fmt, piped[0], target) is None:
+            b, block_t, tiles, warps = piped
+            seeds.append(dflt.replace(backend=b, BLOCK_T=block_t, TILES_PER_PROG=tiles, num_warps=warps,
+                                      BLOCKS_PER_PROG=8, num_stages=2))
+        return seeds
 
     def space(self, key: ProblemKey) -> Space:
         # The same tiles of the same records for both destinations; the query's kernel has no blocks loop.

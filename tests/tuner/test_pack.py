@@ -458,14 +458,25 @@ def test_query_quantiser_sources_match_golden() -> None:
 
 def test_seeds_are_the_default_tiles_with_each_other_legal_backend() -> None:
     # A pack search measures the default, then its tiles with every other element backend the
-    # target can run (a few TPE trials over the tile grid may never draw the best backend there).
+    # target can run (a few TPE trials over the tile grid may never draw the best backend there),
+    # then the format's measured pipelined config where its backend runs.
     from catalog.families.pack import SPEC, pack_key
 
     def seeds(fmt: str, target: str) -> list[str]:
         key = pack_key(fmt, target)
-        out = SPEC.seed_configs(key, target)
+        out = [c for c in SPEC.seed_configs(key, target) if c["BLOCKS_PER_PROG"] == 1]
         assert all(c.replace(backend="soft") == SPEC.default_config(key) for c in out)
         return [c["backend"] for c in out]
+
+    piped = SPEC.seed_configs(pack_key("fp8_584", "sm_90"), "sm_90")[-1]
+    assert piped.as_dict() == {**SPEC.default_config(pack_key("fp8_584", "sm_90")).as_dict(), "backend": "cvt",
+                               "BLOCK_T": 4, "TILES_PER_PROG": 8, "num_warps": 1, "BLOCKS_PER_PROG": 8,
+                               "num_stages": 2}
+    assert SPEC.space(pack_key("fp8_584", "sm_90")).infeasible(piped) is None
+    assert len(SPEC.seed_configs(pack_key("fp8_584", "sm_90"), "sm_90")) == 2
+    assert all(c["BLOCKS_PER_PROG"] == 1 for f in ("fp8_528", "fp8_132", "nvfp4_288")
+               for c in SPEC.seed_configs(pack_key(f, "sm_90"), "sm_90"))
+    assert SPEC.seed_configs(pack_key("fp8_584", "gfx942"), "gfx942") == []  # no cvt there
 
     assert seeds("nvfp4_288", "sm_90") == ["swar"]
     assert seeds("nvfp4_288", "sm_100") == ["swar", "ptx"]
