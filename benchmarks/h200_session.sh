@@ -7,6 +7,7 @@
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
+#   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -83,11 +84,16 @@ for phase in "$@"; do
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
     ;;
-  heads-on-m)  # the wgmma path's heads-on-M build (MMA=wgmma_hm): its GPU test, then its timings beside MMA=wgmma
-    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "heads_on_m" -p no:cacheprovider -rA \
-      >"$OUT/results/pytest_decode_hm_gpu_h200.log" 2>&1
+  heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm and its warp-specialised wgmma_hmws): their GPU tests on four
+    # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
+    # beside two warpgroups
+    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "heads_on_m_matches_reference" \
+      -p no:cacheprovider -rA >"$OUT/results/pytest_decode_hm_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hm_gpu_h200.log"
-    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py --out "$OUT/results" >"$OUT/bench_decode_hm.log" 2>&1
+    hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 \
+      --pair fp8_584+fp8_584 --only "heads on M" --only "2 warpgroups, splits auto" --out "$OUT/results" \
+      >"$OUT/bench_decode_hm.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hm.log"
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
