@@ -1223,11 +1223,12 @@ def decode_wgmma_ws_kernel(
 # threads 192 (Triton's split of the rest), which hold its state with a head's sums kept a tile
 # (_attend_hm's ROW_SUMS); static sm_90: V4.1 pair no spills, V4 pair 32 bytes (96 producer
 # registers: 656, 112: 228, 120: 16, 136: 32). H200, 128 heads T=64: V4.1 pair 53.7 us against
-# 60.2 for decode_wgmma_hm_kernel, V4 pair 57.9 against 61.5; behind two warpgroups at T <= 8
-# (benchmarks/results/decode_hmws_h200.md). What binds it next: each producer thread holds a whole
-# tile's records while it converts them (its loads wait on nothing else), and the consumer's
-# two warpgroups reduce S across each other every tile (FlashMLA gives QK and the softmax to one
-# warpgroup, the other only the second half of PV).
+# 57.8 for decode_wgmma_hm_kernel, V4 pair 57.9 against 60.7; behind two warpgroups at T <= 8 and
+# at 64 heads (benchmarks/results/decode_hmws_h200.md, decode_hm_pairs_h200.md). Still 2x off
+# FlashMLA at 128 heads: each producer thread holds a whole tile's records before it converts
+# any (the registers that cost are what keeps the next tile's loads from travelling sooner), and
+# the consumer's two warpgroups reduce S across each other every tile (FlashMLA gives QK and the
+# softmax to one warpgroup, only the second half of PV to the other).
 HMWS_PRODUCER_WARPS = gl.constexpr(4)
 HMWS_PRODUCER_REGS = gl.constexpr(128)
 
