@@ -44,6 +44,7 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
     hm = wgmma_config(base.replace(MMA="wgmma_hm"))
     ws = wgmma_config(base.replace(MMA="wgmma_ws"))
     hmws = wgmma_config(base.replace(MMA="wgmma_hmws"))
+    hmpv = wgmma_config(base.replace(MMA="wgmma_hmpv"))
 
     def cfg_run(cfg: Any) -> Callable[[dict[str, Any]], tuple[torch.Tensor, torch.Tensor]]:
         return lambda s: decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1],
@@ -55,7 +56,8 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               "heads on M, splits auto": hm, "heads on M, splits 1": hm.replace(NUM_SPLITS=1),
               "warp-specialised, splits auto": ws, "warp-specialised, splits 1": ws.replace(NUM_SPLITS=1),
               "heads on M warp-specialised, splits auto": hmws,
-              "heads on M warp-specialised, splits 1": hmws.replace(NUM_SPLITS=1)}
+              "heads on M warp-specialised, splits 1": hmws.replace(NUM_SPLITS=1),
+              "heads on M QK/PV split, splits auto": hmpv, "heads on M QK/PV split, splits 1": hmpv.replace(NUM_SPLITS=1)}
     sp = space(*pair, heads)
     return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 

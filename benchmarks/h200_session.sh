@@ -78,13 +78,13 @@ for phase in "$@"; do
       timeout $share python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks --budget-s $(( share - 30 )) \
         --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" --pick "MMA=wgmma_ws" --pick "MMA=wgmma_ws,NUM_SPLITS=1" \
-        --pick "MMA=wgmma_hmws" \
+        --pick "MMA=wgmma_hmws" --pick "MMA=wgmma_hmpv" \
         --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
     ;;
-  heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm and its warp-specialised wgmma_hmws): their GPU tests on four
+  heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
     # beside two warpgroups
     timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "heads_on_m_matches_reference" \

@@ -30,7 +30,8 @@ FLASHMLA = {64: {1: 11.9, 8: 14.4, 64: 40.5}, 128: {1: 12.0, 8: 15.3, 64: 29.5}}
 
 def _label(cfg: dict[str, Any]) -> str:
     if is_wgmma(cfg):
-        wg = {"wgmma_hm": "heads on M", "wgmma_ws": "warp-specialised", "wgmma_hmws": "heads on M, warp-specialised"}.get(
+        wg = {"wgmma_hm": "heads on M", "wgmma_ws": "warp-specialised", "wgmma_hmws": "heads on M, warp-specialised",
+              "wgmma_hmpv": "heads on M, QK/PV split"}.get(
             cfg["MMA"], "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup")
         splits = cfg["NUM_SPLITS"] or "auto"
         return f"wgmma, {wg}, splits {splits}"
@@ -75,7 +76,8 @@ def table(runs: dict[int, dict[str, Any]]) -> str:
                        + " | ".join(f"{default[t]['us']:.1f}" if t in default else "-" for t in TS) + " |")
             for mma, warps, name in (("wgmma", 4, "1 warpgroup"), ("wgmma", 8, "2 warpgroups"),
                                      ("wgmma_hm", 8, "heads on M"), ("wgmma_ws", 4, "warp-specialised"),
-                                     ("wgmma_hmws", 8, "heads on M, warp-specialised")):
+                                     ("wgmma_hmws", 8, "heads on M, warp-specialised"),
+                                     ("wgmma_hmpv", 4, "heads on M, QK/PV split")):
                 wg = {t: min((r for r in rows.get(t, []) if r["config"]["MMA"] == mma
                               and r["config"]["num_warps"] == warps), key=lambda r: r["us"], default=None) for t in TS}
                 if any(wg.values()):

@@ -56,6 +56,9 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
         if cfg["MMA"] == "wgmma_hmws":  # the heads-on-M warp-specialised build: 64 heads, a producer warpgroup
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HM_WARPS,
                                                 heads_on_m=True, build="ws"))]
+        if cfg["MMA"] == "wgmma_hmpv":  # its QK / PV split: 64 heads, the QK warpgroup's 4 warps
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HMPV_WARPS,
+                                                heads_on_m=True, build="pv"))]
         if cfg["MMA"] == "wgmma_ws":  # the warp-specialised build: 16 heads, producer warps beside the consumer
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws"))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)

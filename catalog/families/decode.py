@@ -73,12 +73,25 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # (benchmarks/results/decode_hmws_h200.md). Seeded after "wgmma_hm".
 WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 
+# Its successor in the making (MMA=wgmma_hmpv, decode_wgmma_hmpv_kernel), FlashMLA's split of the
+# consumer: one warpgroup computes S[64 heads, 64 keys] alone, the softmax and O's dims 0-255,
+# a second O's dims 256-511 from the P it leaves in shared memory; the same producer warpgroup.
+# Less operand traffic in shared memory a tile than the two symmetric warpgroups of "wgmma_hm"
+# (S at N = 64 instead of two halves of 32, O at N = 128 instead of 64). Compiled for sm_90 on the
+# CPU (2026-12-04: 214096 bytes, V4 pair 16 bytes of spills, V4.1 none), its GPU test written
+# (test_wgmma_heads_on_m_matches_reference_on_sm90) but not yet run: in the space, so a launch and
+# the benchmarks take it, but no search seeds it until that test has passed on a GPU.
+WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
+
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
 # per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`), "wgmma_ws" (the
-# warp-specialised build) and "wgmma_hmws" (the heads-on-M build as the consumer of a producer
-# warpgroup), both above. One template renders the four kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws")
+# warp-specialised build), "wgmma_hmws" (the heads-on-M build as the consumer of a producer
+# warpgroup) and "wgmma_hmpv" (that with FlashMLA's QK / PV split of the consumer), all above. One
+# template renders the five kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
+# The builds with 64 heads a program on the MMAs' M.
+WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv")
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -164,6 +177,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
                         f"{get_format(win_fmt).name} exceed sm_90's shared memory")
             if c["MMA"] == "wgmma_hmws" and wgmma_hmws_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
                 return "the heads-on-M warp-specialised build's buffers exceed sm_90's shared memory"
+            if c["MMA"] == "wgmma_hmpv" and wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+                return "the QK / PV split build's buffers exceed sm_90's shared memory"
             if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
                 return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                         f"{get_format(win_fmt).name} exceed sm_90's shared memory")
@@ -260,6 +275,8 @@ def wgmma_config(cfg: Config) -> Config:
         mma, warps = "wgmma_ws", WGMMA_WS_WARPS
     elif cfg["MMA"] == "wgmma_hmws":
         mma, warps = "wgmma_hmws", WGMMA_HMWS_WARPS
+    elif cfg["MMA"] == "wgmma_hmpv":
+        mma, warps = "wgmma_hmpv", WGMMA_HMPV_WARPS
     else:
         mma, warps = "wgmma", cfg["num_warps"]
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
@@ -361,6 +378,14 @@ def wgmma_hmws_shared_bytes() -> int:
     own state (what the compiler reported beyond the buffers for both of issue 28's pairs,
     2026-12-04: 205604 bytes)."""
     return _mma_bytes(WGMMA_HM_HEADS, k_tiles=2) + 804
+
+
+def wgmma_hmpv_shared_bytes() -> int:
+    """Shared memory of a program of the QK / PV split, any pair: `wgmma_hmws_shared_bytes`'s
+    buffers with P double-buffered (the QK warpgroup writes the next tile's while the PV one
+    reads this one's), the rescale factors of two tiles and O's final ones (fp32 a head), and 336
+    bytes of the compiler's own (2026-12-04: 214096 bytes, both of issue 28's pairs)."""
+    return _mma_bytes(WGMMA_HM_HEADS, k_tiles=2) + WGMMA_HM_HEADS * WGMMA_BLOCK_N * 2 + 3 * WGMMA_HM_HEADS * 4 + 336
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:

@@ -305,8 +305,9 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
         assert ("wgmma", pair, target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M", target) in seen  # MMA=wgmma_hm
     assert ("wgmma", "nvfp4_288+fp8_528 split 64 heads 8 warps heads on M", target) in seen
-    for pair in ("fp8_584+fp8_584", "nvfp4_288+fp8_528"):  # MMA=wgmma_hmws
+    for pair in ("fp8_584+fp8_584", "nvfp4_288+fp8_528"):  # MMA=wgmma_hmws and wgmma_hmpv
         assert ("wgmma", f"{pair} split 64 heads 8 warps heads on M warp-specialised", target) in seen
+        assert ("wgmma", f"{pair} split heads on M warp-specialised QK/PV", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", target) in seen  # MMA=wgmma_ws
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
     assert ("soft", "combine pdl", target) in seen
@@ -671,7 +672,8 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     d = sp.default()
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
-    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws"}
+    assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
+                                                                          "wgmma_hmpv"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -792,6 +794,22 @@ def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
                          max_spills=32 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
 
 
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
+    # The QK / PV split (decode_wgmma_hmpv_kernel: a QK warpgroup at 216 registers, a PV one at
+    # 160, the producer at 128), compiled on the CPU for sm_90: P double-buffered beside the two K
+    # tiles and the query, as `wgmma_hmpv_shared_bytes` predicts; the V4 pair with 16 bytes of
+    # spills, the V4.1 pair without (static, 2026-12-04). Not in a search's seeds until its GPU
+    # test (test_wgmma_heads_on_m_matches_reference_on_sm90) has passed.
+    from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
+
+    _sm90_static_profile(pair, "MMA=wgmma_hmpv", wgmma_hmpv_shared_bytes(),
+                         max_spills=16 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
+    assert "wgmma_hmpv" not in [c["MMA"] for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90")]
+    hmpv = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpv"))
+    assert hmpv["num_warps"] == 4 and space(*pair, 128).infeasible(hmpv) is None
+
+
 def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
     # MMA=wgmma_ws: one consumer warpgroup (its warps fixed at 4), the path's fixed parameters;
     # every issue pair (a mixed one shares one region of stage rows), seeded last; refused where
@@ -905,12 +923,12 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("mma", ["wgmma_hm", "wgmma_hmws"])
+@pytest.mark.parametrize("mma", ["wgmma_hm", "wgmma_hmws", "wgmma_hmpv"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "fp8_528"),
                                   ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
 def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: str) -> None:
-    """The heads-on-M builds (MMA=wgmma_hm, and wgmma_hmws: its warp-specialised one) at 16, 24, 64
-    and 128 heads (one group of 64 padded, and two), T = 1, 8, 64, one program a token and
+    """The heads-on-M builds (MMA=wgmma_hm, wgmma_hmws: its warp-specialised one, and wgmma_hmpv:
+    that with the QK / PV split; the last not yet run on a GPU on 2026-12-04) at 16, 24, 64 and 128 heads (one group of 64 padded, and two), T = 1, 8, 64, one program a token and
     several, with and without sink, a token whose lists are all -1; then an odd shape with pages
     of 16 and 8. Outputs checked against the float64 reference."""
     comp, win = pair

@@ -1422,3 +1422,237 @@ def decode_wgmma_hmws_kernel(
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 
+# The heads-on-M warp-specialised build with FlashMLA's split of the consumer (MMA=wgmma_hmpv):
+# the default warpgroup computes S[64 heads, 64 keys] alone (N = 64: each query chunk read once a
+# tile, not once for each half of the keys), its softmax within the warpgroup (no reduction across
+# warpgroups), and O's dims 0-255; a second warpgroup takes O's dims 256-511 from the P and the
+# rescale factors the first leaves in shared memory (P double-buffered, so the first goes on to
+# the next tile's S meanwhile); the producer warpgroup of decode_wgmma_hmws_kernel fills the K
+# buffers. Operand bytes read from shared memory a tile: ~200 KiB against ~320 KiB for the two
+# warpgroups of decode_wgmma_hm_kernel (S at N = 32 each, O at N = 64). Compiled for sm_90 on the
+# CPU only so far (2026-12-04): not in a search's seeds until its GPU test has passed.
+HMPV_PV_REGS = gl.constexpr(160)
+
+
+@gluon.jit
+def _hmpv_qk_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, a_smem, ready, empty, p_full, p_free, m_i,
+                  l_i, o0, o1, scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr,
+                  o_l: gl.constexpr):
+    # Tiles [t0, t1) of one list, running tile numbers i0.. (K buffer and P buffer i & 1).
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    for t in range(t0, t1):
+        i = i0 + t - t0
+        u = i & 1
+        z = t >> 31  # see _comp_pass: keeps the MMA descriptors inside the loop
+        kz = z + 4 * u
+        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
+                          gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
+        for c in gl.static_range(1, 4):
+            s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(kz + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        s = gl.where((slot >= 0)[None, :], s * (scale_log2 * K_UNIT), float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        p = p * K_UNIT  # for the PV MMAs only (exact: a power of two); the sums took p itself
+        mbarrier.wait(p_free.index(u), ((i >> 1) & 1) ^ 1)  # the PV warpgroup is done with P buffer u
+        p_smem.index(z + u).store(p.to(gl.bfloat16))
+        a_smem.index(u).store(alpha)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(p_full.index(u))
+        a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+        pz = p_smem.index(z + u)
+        o0 = warpgroup_mma(pz, kv_smem.index(kz), o0 * a_o, is_async=True)
+        o1 = warpgroup_mma(pz, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
+        o0, o1 = warpgroup_mma_wait(0, deps=(o0, o1))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(u))  # one of the buffer's two readers done
+        slot = slot_n
+    return m_i, l_i, o0, o1
+
+
+@gluon.jit
+def _hmpv_qk(q_ptr, sink_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
+             w1, kv_smem, q_smem, p_smem, a_smem, f_smem, ready, empty, p_full, p_free, fin, scale_log2,
+             HB: gl.constexpr, SPLIT: gl.constexpr, HAS_SINK: gl.constexpr, kl: gl.constexpr, hl: gl.constexpr,
+             s_l: gl.constexpr, o_l: gl.constexpr):
+    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+    qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+    q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+    q_mask = (qh < n_heads)[:, None]
+    qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+    qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+    qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+    qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+    q_smem.index(0).store(_group_order(qv0, CHUNK))
+    q_smem.index(1).store(_group_order(qv1, CHUNK))
+    q_smem.index(2).store(_group_order(qv2, CHUNK))
+    q_smem.index(3).store(_group_order(qv3, CHUNK))
+
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_i = gl.zeros([HB], gl.float32, hl)
+    o0 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o1 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    m_i, l_i, o0, o1 = _hmpv_qk_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, a_smem, ready, empty, p_full,
+                                     p_free, m_i, l_i, o0, o1, scale_log2,
+                                     2.0 ** K_SHIFT, kl, s_l, o_l)
+    m_i, l_i, o0, o1 = _hmpv_qk_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem, p_smem, a_smem,
+                                     ready, empty, p_full, p_free, m_i, l_i, o0, o1, scale_log2,
+                                     2.0 ** E4M3_SHIFT, kl, s_l, o_l)
+    # O's factor for the PV warpgroup's half (f_smem): 1 for partials, else 1 / (the sum and the
+    # sink), 0 for a head with no key.
+    f = _hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB, SPLIT, HAS_SINK, hl)
+    f_smem.index(0).store(f)
+    gl.thread_barrier()
+    mbarrier.arrive(fin.index(0))
+    return m_i, l_i, o0, o1
+
+
+@gluon.jit
+def _hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB: gl.constexpr, SPLIT: gl.constexpr, HAS_SINK: gl.constexpr,
+                 hl: gl.constexpr):
+    if SPLIT:
+        f = gl.full([HB], 1.0, gl.float32, hl)
+    else:
+        h = h0 + gl.arange(0, HB, layout=hl)
+        has = l_i > 0
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=h < n_heads, other=0.0) * LOG2E - gl.where(has, m_i, 0.0))
+        f = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+    return f
+
+
+@gluon.jit
+def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_smem, a_smem, f_smem, empty, p_full,
+             p_free, fin, HB: gl.constexpr, SPLIT: gl.constexpr):
+    # O's dims 256-511 (chunks 2 and 3) of every tile the QK warpgroup hands over, then their store.
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16])
+    o2 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    o3 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    for i in range(0, n_tiles_here):
+        u = i & 1
+        z = i >> 31
+        kz = z + 4 * u
+        mbarrier.wait(p_full.index(u), (i >> 1) & 1)
+        a_o = a_smem.index(u).load(gl.SliceLayout(1, o_l))[:, None]
+        pz = p_smem.index(z + u)
+        o2 = warpgroup_mma(pz, kv_smem.index(kz + 2), o2 * a_o, is_async=True)
+        o3 = warpgroup_mma(pz, kv_smem.index(kz + 3), o3 * a_o, is_async=True)
+        o2, o3 = warpgroup_mma_wait(0, deps=(o2, o3))
+        gl.thread_barrier()
+        mbarrier.arrive(p_free.index(u))
+        mbarrier.arrive(empty.index(u))
+    mbarrier.wait(fin.index(0), 0)
+    f = f_smem.index(0).load(gl.SliceLayout(1, o_l))[:, None]
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
+    ohm = (oh < n_heads)[:, None]
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+    else:
+        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
+        gl.store(base + 2 * CHUNK, (o2 * f).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * f).to(gl.bfloat16), mask=ohm)
+
+
+@gluon.jit
+def decode_wgmma_hmpv_kernel(
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
+    n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+):
+    # decode_wgmma_kernel's arguments and results; num_warps = 4 (the QK warpgroup; the PV
+    # warpgroup and the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64.
+    gl.static_assert(num_warps == 4)
+    gl.static_assert(HB == 64)
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16])
+    kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
+    hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+
+    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, HB, BLOCK_N], p_sl)  # P of two tiles
+    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    v_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    a_smem = gl.allocate_shared_memory(gl.float32, [2, HB], v_l)  # each P's rescale factors
+    f_smem = gl.allocate_shared_memory(gl.float32, [1, HB], v_l)  # O's final factors
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    fin = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(2):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=2)  # the QK and the PV warpgroups
+        mbarrier.init(p_full.index(b), count=1)
+        mbarrier.init(p_free.index(b), count=1)
+    mbarrier.init(fin.index(0), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    n_here = gl.maximum(c1 - c0, 0) + gl.maximum(w1 - w0, 0)
+    m_i, l_i, o0, o1 = gl.warp_specialize([
+        (_hmpv_qk, (q_ptr, sink_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
+                    w0, w1, kv_smem, q_smem, p_smem, a_smem, f_smem, ready, empty, p_full, p_free, fin, scale_log2, HB,
+                    SPLIT, HAS_SINK, kl, hl, s_l, o_l)),
+        (_hmpv_pv, (o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_here, kv_smem, p_smem, a_smem, f_smem, empty, p_full,
+                    p_free, fin, HB, SPLIT)),
+        (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
+                          WIN_SHIFT)),
+    ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMWS_PRODUCER_REGS])
+    # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
+    if SPLIT:
+        _launch_dependents()
+    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
+    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
+    ohm = (oh < n_heads)[:, None]
+    h = h0 + gl.arange(0, HB, layout=hl)
+    hmask = h < n_heads
+    if SPLIT:
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+    else:
+        has = l_i > 0
+        lse = gl.where(has, (gl.where(has, m_i, 0.0) + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        f = gl.convert_layout(_hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB, SPLIT, HAS_SINK, hl),
+                              gl.SliceLayout(1, o_l))[:, None]
+        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
+        gl.store(base, (o0 * f).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * f).to(gl.bfloat16), mask=ohm)

@@ -16,9 +16,10 @@ import triton
 
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
-from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_ILLEGAL,
-                                     WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs, has_e2m1,
-                                     is_wgmma, render_variant, render_wgmma, space, wgmma_heads, wgmma_legality)
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS,
+                                     WGMMA_ILLEGAL, WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs,
+                                     has_e2m1, is_wgmma, render_variant, render_wgmma, space, wgmma_heads,
+                                     wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -393,7 +394,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if illegal:
         raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
     n_tok, heads = q.shape[0], q.shape[1]
-    heads_on_m = cfg["MMA"] in ("wgmma_hm", "wgmma_hmws")
+    heads_on_m = cfg["MMA"] in WGMMA_HM_MMAS
     hb = WGMMA_HM_HEADS if heads_on_m else wgmma_heads(cfg, heads, cf, wf)
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
@@ -402,7 +403,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     mod = _wgmma_module(cf.name, wf.name)
     kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
-              "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel}[cfg["MMA"]]
+              "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
+              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),

@@ -70,6 +70,9 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
                             build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True, build="ws"))
+    # Its QK / PV split (MMA=wgmma_hmpv), both pairs.
+    for a, b in ((f584, f584), (cf, wf)):
+        cases.append(wgmma_case(a, b, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv"))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -94,9 +97,11 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
                heads_on_m: bool = False, build: str = "") -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
-    heads-on-M warp-specialised one (64 heads, the consumer's 8 warps)."""
+    heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
+    `heads_on_m` the one whose consumer splits into a QK and a PV wargroup (64 heads, 4 warps)."""
     rendered = render_wgmma(cf, wf)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
+            (True, "pv"): "decode_wgmma_hmpv_kernel",
             (False, "ws"): "decode_wgmma_ws_kernel", (False, ""): "decode_wgmma_kernel"}[(heads_on_m, build)]
     return XCompileCase(
         variant="wgmma",
@@ -107,7 +112,8 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
-        + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else ""),
+        + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
+        + (" warp-specialised QK/PV" if build == "pv" else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
