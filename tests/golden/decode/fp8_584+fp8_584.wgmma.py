@@ -1287,6 +1287,8 @@ def _hmpv_qk(q_ptr, sink_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, 
     q_smem.index(2).store(_group_order(qv2, CHUNK))
     q_smem.index(3).store(_group_order(qv3, CHUNK))
 
+    fence_async_shared()  # the query's chunks, before the MMAs read them (_attend does this a tile)
+    gl.thread_barrier()
     m_i = gl.full([HB], float("-inf"), gl.float32, hl)
     l_i = gl.zeros([HB], gl.float32, hl)
     o0 = gl.zeros([HB, CHUNK], gl.float32, o_l)
