@@ -3,7 +3,9 @@
 Its heads-on-M build (`MMA=wgmma_hm`, decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M,
 each tile read and dequantized once per 64 heads) beside `MMA=wgmma` with one and two warpgroups
 (16 or 32 heads a program, each head group re-reading the tiles) and its warp-specialised build
-(`MMA=wgmma_ws`: producer warps dequantize the next tile under this one's MMAs), on the fp8_584 pair (issue 28's V4
+(`MMA=wgmma_ws`: producer warps dequantize the next tile under this one's MMAs), the heads-on-M
+warp-specialised builds (`wgmma_hmws`, `wgmma_hmpv`), and the warp-specialised builds with
+`PREFETCH=1` (records prefetched into L2 a tile further ahead), on the fp8_584 pair (issue 28's V4
 record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
 bench_decode.py rotates them), CUDA-graph replay medians, each launch checked against the float64
 reference first. Writes results/decode_hm_h200.{json,md}. GPU only (sm_90).
@@ -57,7 +59,11 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               "warp-specialised, splits auto": ws, "warp-specialised, splits 1": ws.replace(NUM_SPLITS=1),
               "heads on M warp-specialised, splits auto": hmws,
               "heads on M warp-specialised, splits 1": hmws.replace(NUM_SPLITS=1),
-              "heads on M QK/PV split, splits auto": hmpv, "heads on M QK/PV split, splits 1": hmpv.replace(NUM_SPLITS=1)}
+              "heads on M QK/PV split, splits auto": hmpv, "heads on M QK/PV split, splits 1": hmpv.replace(NUM_SPLITS=1),
+              # The warp-specialised builds' producer prefetching records into L2 a tile further ahead.
+              "warp-specialised, splits auto, L2 prefetch": ws.replace(PREFETCH=1),
+              "heads on M warp-specialised, splits auto, L2 prefetch": hmws.replace(PREFETCH=1),
+              "heads on M QK/PV split, splits auto, L2 prefetch": hmpv.replace(PREFETCH=1)}
     sp = space(*pair, heads)
     return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 

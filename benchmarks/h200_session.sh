@@ -8,6 +8,7 @@
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
+#   bash benchmarks/h200_session.sh prefetch         # the QK / PV split and PREFETCH=1 builds: GPU tests, timings
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -30,7 +31,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -78,7 +79,8 @@ for phase in "$@"; do
       timeout $share python3 benchmarks/bench_decode.py --heads "$h" --ts 1,8,64 --skip-checks --budget-s $(( share - 30 )) \
         --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" --pick "MMA=wgmma_ws" --pick "MMA=wgmma_ws,NUM_SPLITS=1" \
-        --pick "MMA=wgmma_hmws" --pick "MMA=wgmma_hmpv" \
+        --pick "MMA=wgmma_hmws" --pick "MMA=wgmma_hmpv" --pick "MMA=wgmma_ws,PREFETCH=1" \
+        --pick "MMA=wgmma_hmws,PREFETCH=1" --pick "MMA=wgmma_hmpv,PREFETCH=1" \
         --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
@@ -95,6 +97,19 @@ for phase in "$@"; do
       --pair fp8_584+fp8_584 --only "heads on M" --only "2 warpgroups, splits auto" --out "$OUT/results" \
       >"$OUT/bench_decode_hm.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hm.log"
+    ;;
+  prefetch)  # 2026-12-05's builds, compiled on the CPU only: the QK / PV split (wgmma_hmpv) and every
+    # warp-specialised build with PREFETCH=1 (L2 prefetch a tile further ahead): their GPU tests, then
+    # issue 28's pairs timed beside the same builds without it at H = 16 (the #26 seed shape), 64, 128
+    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py \
+      -k "heads_on_m_matches_reference and (hmpv or prefetch) or ws_matches_reference and prefetch" \
+      -p no:cacheprovider -rA >"$OUT/results/pytest_decode_prefetch_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_prefetch_gpu_h200.log"
+    hargs=(); for h in ${HEADS:-16 64 128}; do hargs+=(--heads "$h"); done
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 \
+      --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" --only "QK/PV split, splits auto" \
+      --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
     # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)

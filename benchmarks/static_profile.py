@@ -11,6 +11,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "" --cfg "BLOCK_N=64,MMA=keys_m"
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "MMA=wgmma" --loop   # the Gluon kernel
     python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hm"   # its 64-head build
+    python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmws,PREFETCH=1"
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
 """
 
@@ -35,6 +36,7 @@ CLASSES = {  # SASS opcode prefix -> class reported
     "LDG": "ld.global", "STG": "st.global", "LDS": "ld.shared", "STS": "st.shared", "LDSM": "ldmatrix",
     "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
     "LDL": "local (spill)", "STL": "local (spill)", "LDGSTS": "cp.async", "UTMALDG": "tma",
+    "CCTL": "prefetch",  # CCTL.E.PF2: prefetch.global.L2
 }
 
 
@@ -55,12 +57,12 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
                                                 heads_on_m=True))]
         if cfg["MMA"] == "wgmma_hmws":  # the heads-on-M warp-specialised build: 64 heads, a producer warpgroup
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HM_WARPS,
-                                                heads_on_m=True, build="ws"))]
+                                                heads_on_m=True, build="ws", prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] == "wgmma_hmpv":  # its QK / PV split: 64 heads, the QK warpgroup's 4 warps
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HMPV_WARPS,
-                                                heads_on_m=True, build="pv"))]
+                                                heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] == "wgmma_ws":  # the warp-specialised build: 16 heads, producer warps beside the consumer
-            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws"))]
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
             # One warpgroup unless the text asks for num_warps=8 (two, at their 32 heads).
             warps = int(cfg["num_warps"]) if "num_warps" in text else D.WGMMA_WARPS

@@ -31,6 +31,9 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
                           "wgmma": "sm_90 warpgroup-MMA kernel (Gluon)",
                           "wgmma_hm": "sm_90 warpgroup-MMA kernel, 64 heads on the MMA's M side",
                           "wgmma_ws": "sm_90 warpgroup-MMA kernel, warp-specialised (producer warps dequantize)",
+                          "wgmma_hmws": "sm_90 warpgroup-MMA kernel, 64 heads on M, warp-specialised",
+                          "wgmma_hmpv": "sm_90 warpgroup-MMA kernel, 64 heads on M, warp-specialised, "
+                                        "QK and PV warpgroups",
                           }.get(v, f"MMA {v}"),
         "BLOCK_N": lambda v: f"{v}-key tiles",
         "NUM_SPLITS": lambda v: "splits chosen by T and the SM count" if v == 0 else f"{v} split{'s' if v != 1 else ''}",
@@ -38,7 +41,8 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
                             "separate": "one launch a list"}.get(v, f"lists {v}"),
         "COMBINE": lambda v: "splits merged by a second kernel" if v == "kernel" else "splits merged by the last program",
         "DOT": lambda v: f"{v} dot operands",
-        "PREFETCH": lambda v: "next tile's records loaded early" if v else "no prefetch",
+        # (the wgmma path's warp-specialised builds: prefetched into L2 a tile further ahead)
+        "PREFETCH": lambda v: "records of the tiles ahead fetched early" if v else "no prefetch",
     },
     "logits": {
         "dot": lambda v: f"{v} dot path",

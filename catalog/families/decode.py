@@ -83,6 +83,14 @@ WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 # the benchmarks take it, but no search seeds it until that test has passed on a GPU.
 WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
 
+# The warp-specialised builds take PREFETCH (fixed at 0 elsewhere on the wgmma path): their
+# producer issues a tile's loads (into registers: "wgmma_hmws", "wgmma_hmpv") or copies (cp.async
+# into stage buffers, "wgmma_ws") a trip ahead at most, so every tile waits out a trip to DRAM
+# where the producer binds; 1 prefetches the records of the tile after those into L2 as well (no
+# registers or shared memory held), so the loads find them there. Compiled for sm_90 on the CPU
+# (2026-12-05), not yet timed on a GPU: searched, not seeded.
+WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
+
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
 # "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
 # per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`), "wgmma_ws" (the
@@ -225,7 +233,8 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             Param("MMA", ("heads_m", "keys_m") + WGMMA_MMAS, "wgmma" if wide else "heads_m"),
             # 1: each block's slots and records are loaded one block early, before the previous
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
-            # does not pipeline loads whose addresses come from other loads).
+            # does not pipeline loads whose addresses come from other loads); on the wgmma path's
+            # WGMMA_PREFETCH_MMAS, the next tile's records prefetched into L2.
             Param("PREFETCH", (0, 1), 0),
             # The defaults (BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits) are those
             # the recorded decode table (tables/decode.json) was measured with, and a table's space
@@ -266,7 +275,7 @@ def wgmma_config(cfg: Config) -> Config:
     e2m1 lookups are its own). It keeps its split count (NUM_SPLITS, see `wgmma_plan`) and, if it
     is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
     WGMMA_HM_WARPS, the warp-specialised one WGMMA_WS_WARPS); another config comes onto the path
-    with the seed's 4."""
+    with the seed's 4. The builds of WGMMA_PREFETCH_MMAS keep its PREFETCH too."""
     if not is_wgmma(cfg):
         mma, warps = "wgmma", WGMMA_WARPS
     elif cfg["MMA"] == "wgmma_hm":
@@ -279,7 +288,8 @@ def wgmma_config(cfg: Config) -> Config:
         mma, warps = "wgmma_hmpv", WGMMA_HMPV_WARPS
     else:
         mma, warps = "wgmma", cfg["num_warps"]
-    return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **WGMMA_FIXED)
+    fixed = {k: v for k, v in WGMMA_FIXED.items() if not (k == "PREFETCH" and mma in WGMMA_PREFETCH_MMAS)}
+    return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **fixed)
 
 
 # The most shared memory a block may opt into on sm_90 (227 KiB; cudaDevAttrMaxSharedMemoryPerBlockOptin).

@@ -310,6 +310,10 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
         assert ("wgmma", f"{pair} split heads on M warp-specialised QK/PV", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split warp-specialised", target) in seen  # MMA=wgmma_ws
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
+    # PREFETCH=1 (the producer's L2 prefetch) on each warp-specialised build
+    assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised prefetch", target) in seen
+    assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M warp-specialised prefetch", target) in seen
+    assert ("wgmma", "nvfp4_288+fp8_528 split heads on M warp-specialised QK/PV prefetch", target) in seen
     assert ("soft", "combine pdl", target) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
@@ -786,12 +790,13 @@ def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
     # The heads-on-M warp-specialised build (decode_wgmma_hmws_kernel: the heads-on-M consumer at
     # 192 registers, a producer warpgroup at 128 loading records into registers), compiled on the
     # CPU for sm_90: two K tiles, the 64-head query and P, as `wgmma_hmws_shared_bytes` predicts
-    # (no stage buffers, so no cp.async); the V4 pair with the 32 bytes of spills its H200 timings
-    # (benchmarks/results/decode_hmws_h200.md) were taken with, the V4.1 pair without.
+    # (no stage buffers, so no cp.async), no spills (the V4 pair's 32 bytes, with which its H200
+    # timings in benchmarks/results/decode_hmws_h200.md were taken, went with the slots loaded two
+    # tiles ahead, 2026-12-05), and no L2 prefetch without PREFETCH.
     from catalog.families.decode import wgmma_hmws_shared_bytes
 
-    _sm90_static_profile(pair, "MMA=wgmma_hmws", wgmma_hmws_shared_bytes(),
-                         max_spills=32 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
+    got = _sm90_static_profile(pair, "MMA=wgmma_hmws", wgmma_hmws_shared_bytes(), cp_async=False)
+    assert int(got["prefetch"]) == 0, got
 
 
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
@@ -808,6 +813,35 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     assert "wgmma_hmpv" not in [c["MMA"] for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90")]
     hmpv = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpv"))
     assert hmpv["num_warps"] == 4 and space(*pair, 128).infeasible(hmpv) is None
+
+
+@pytest.mark.parametrize("pair, mma, max_spills", [(("fp8_584", "fp8_584"), "wgmma_hmws", 24),
+                                                    (("nvfp4_288", "fp8_528"), "wgmma_hmpv", 0),
+                                                    (("nvfp4_288", "fp8_528"), "wgmma_ws", 0)],
+                         ids=["fp8_584+fp8_584-hmws", "nvfp4_288+fp8_528-hmpv", "nvfp4_288+fp8_528-ws"])
+def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str, str], mma: str,
+                                                                 max_spills: int) -> None:
+    # PREFETCH=1 on the warp-specialised builds (WGMMA_PREFETCH_MMAS): compiled on the CPU for
+    # sm_90, the same buffers, the L2 prefetches in the binary (CCTL.E.PF2: a tile further ahead
+    # than the producer's loads or copies, each loop trip, and at the start the tiles no trip
+    # reaches), within the bytes of spills counted on 2026-12-05 (the V4 pair's heads-on-M build:
+    # 24). PREFETCH is an axis of these builds alone (the wgmma path fixes it at 0 elsewhere),
+    # searched, not seeded (not yet timed on a GPU).
+    from catalog.families.decode import (SPEC, WGMMA_MMAS, WGMMA_PREFETCH_MMAS, decode_key, wgmma_hmpv_shared_bytes,
+                                         wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
+
+    predicted = {"wgmma_hmws": wgmma_hmws_shared_bytes(), "wgmma_hmpv": wgmma_hmpv_shared_bytes(),
+                 "wgmma_ws": wgmma_ws_shared_bytes(*pair)}[mma]
+    got = _sm90_static_profile(pair, f"MMA={mma},PREFETCH=1", predicted, max_spills=max_spills,
+                               cp_async=mma == "wgmma_ws")
+    assert int(got["prefetch"]) >= 8, got
+    sp = space(*pair, 128)
+    for m in WGMMA_MMAS:
+        cfg = wgmma_config(default_config(*pair).replace(MMA=m, PREFETCH=1))
+        assert cfg["PREFETCH"] == (1 if m in WGMMA_PREFETCH_MMAS else 0) and sp.infeasible(cfg) is None, m
+        assert sp.infeasible(cfg.replace(PREFETCH=1 - cfg["PREFETCH"])) == (
+            None if m in WGMMA_PREFETCH_MMAS else "the wgmma path runs PREFETCH=0"), m
+    assert all(c["PREFETCH"] == 0 for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90"))
 
 
 def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
@@ -854,22 +888,25 @@ def test_wgmma_ws_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> N
     # the V4 pair 231976 bytes of 232448, the V4.1 pair 225832), records by cp.async, MMAs by wgmma.
     from catalog.families.decode import wgmma_ws_shared_bytes
 
-    _sm90_static_profile(pair, "MMA=wgmma_ws", wgmma_ws_shared_bytes(*pair))
+    got = _sm90_static_profile(pair, "MMA=wgmma_ws", wgmma_ws_shared_bytes(*pair))
+    assert int(got["prefetch"]) == 0, got  # none without PREFETCH
 
 
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("prefetch", [0, 1], ids=["", "prefetch"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288"),
                                   ("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
-def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
-    """The warp-specialised build (MMA=wgmma_ws) at 16, 24 and 64 heads, T = 1, 8, 64, one program a
-    token and several (programs of one tile to all of a token's), with and without sink, a token
-    whose lists are all -1, ragged -1 slots; then an odd shape with pages of 16 and 8, and of 48
-    and 24. Outputs poisoned before each run, checked against the float64 reference."""
+def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str], prefetch: int) -> None:
+    """The warp-specialised build (MMA=wgmma_ws; with PREFETCH=1 its L2 prefetch, not yet run on a
+    GPU on 2026-12-05) at 16, 24 and 64 heads, T = 1, 8, 64, one program a token and several
+    (programs of one tile to all of a token's), with and without sink, a token whose lists are all
+    -1, ragged -1 slots; then an odd shape with pages of 16 and 8, and of 48 and 24. Outputs
+    poisoned before each run, checked against the float64 reference."""
     comp, win = pair
-    ws = wgmma_config(default_config(comp, win).replace(MMA="wgmma_ws"))
+    ws = wgmma_config(default_config(comp, win).replace(MMA="wgmma_ws", PREFETCH=prefetch))
     for heads in (16, 24, 64):
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
@@ -923,16 +960,20 @@ def test_wgmma_matches_reference_on_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("mma", ["wgmma_hm", "wgmma_hmws", "wgmma_hmpv"])
+@pytest.mark.parametrize("mma", ["wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmws+prefetch",
+                                 "wgmma_hmpv+prefetch"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "fp8_528"),
                                   ("fp8_528", "nvfp4_288")], ids=lambda p: "+".join(p))
 def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: str) -> None:
     """The heads-on-M builds (MMA=wgmma_hm, wgmma_hmws: its warp-specialised one, and wgmma_hmpv:
-    that with the QK / PV split; the last not yet run on a GPU on 2026-12-04) at 16, 24, 64 and 128 heads (one group of 64 padded, and two), T = 1, 8, 64, one program a token and
-    several, with and without sink, a token whose lists are all -1; then an odd shape with pages
-    of 16 and 8. Outputs checked against the float64 reference."""
+    that with the QK / PV split, the last not yet run on a GPU on 2026-12-05; "+prefetch": with
+    PREFETCH=1, the producer's L2 prefetch) at 16, 24, 64 and 128 heads (one group of 64 padded,
+    and two), T = 1, 8, 64, one program a token and several, with and without sink, a token whose
+    lists are all -1; then an odd shape with pages of 16 and 8. Outputs checked against the
+    float64 reference."""
     comp, win = pair
-    hm = wgmma_config(default_config(comp, win).replace(MMA=mma))
+    build, _, prefetch = mma.partition("+")
+    hm = wgmma_config(default_config(comp, win).replace(MMA=build, PREFETCH=int(bool(prefetch))))
     for heads in (16, 24, 64, 128):
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)

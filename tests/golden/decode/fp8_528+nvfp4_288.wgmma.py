@@ -152,6 +152,51 @@ def _dim_of(p):
     # The dim stored at position p of a chunk (each 8-dim group in _group_order's order).
     return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2)
 
+
+@gluon.jit
+def _prefetch_l2(ptr, valid):
+    # The line of each address into L2 where valid (prefetch.global.L2): no register waits for it,
+    # and the loads of the same bytes a tile later find them there instead of in DRAM.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .pred p;
+        setp.ne.s32 p, $2, 0;
+        @p prefetch.global.L2 [$1];
+        mov.u32 $0, 0;
+        }""",
+        constraints="=r,l,r",
+        args=[ptr, valid.to(gl.int32)],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.constexpr_function
+def _record_lines(data_bytes, scale_bytes):
+    # Lines _prefetch_record touches a key: ceil(row / 128) + 1 for each row (the row's last byte: a
+    # row need not start on a line), as a power of two.
+    n = (int(data_bytes) + 127) // 128 + 1 + (int(scale_bytes) + 127) // 128 + 1
+    return 1 << (n - 1).bit_length()
+
+
+@gluon.jit
+def _prefetch_record(cache_ptr, slot, page_size, page_bytes, DATA: gl.constexpr, SCALE: gl.constexpr,
+                     SHIFT: gl.constexpr):
+    # Every 128-byte line of the records of the keys `slot` (data row and scale row, _record_rows)
+    # into L2, for loads a tile later: [keys, lines] a line a thread, the data row's lines at 128 j
+    # and its last byte, then the scale row's (repeated to fill a power of two).
+    N: gl.constexpr = _record_lines(DATA, SCALE)
+    ND: gl.constexpr = (DATA + 127) // 128 + 1
+    PL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // N, N], [gl.num_warps(), 1], [1, 0])
+    K: gl.constexpr = gl.SliceLayout(1, PL)
+    row, valid = _record_rows(slot, page_size, page_bytes, 0, K, DATA, SHIFT)
+    srow, _ = _record_rows(slot, page_size, page_bytes, page_size * DATA, K, SCALE, SHIFT)
+    j = gl.arange(0, N, layout=gl.SliceLayout(0, PL))[None, :]
+    js = gl.where(j > ND, SCALE - 1, 0)  # the scale row's first byte, then its last
+    at = gl.where(j < ND, row[:, None] + gl.minimum(j * 128, DATA - 1), srow[:, None] + js)
+    _prefetch_l2(cache_ptr + at, valid[:, None].broadcast_to([row.shape[0], N]))
+
 @gluon.jit
 def _record_rows(slot, page_size, page_bytes, area, l: gl.constexpr, ROW: gl.constexpr, SHIFT: gl.constexpr):
     # Each slot's row of ROW bytes in its page's area starting at byte `area` (the data rows at 0,
@@ -348,6 +393,12 @@ def _comp_fetch(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.
 
 
 @gluon.jit
+def _comp_prefetch(cache_ptr, slot, page_size, page_bytes, SHIFT: gl.constexpr):
+    # The records of the keys `slot` into L2, for a fetch a tile later.
+    _prefetch_record(cache_ptr, slot, page_size, page_bytes, 512, 16, SHIFT)
+
+
+@gluon.jit
 def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_bytes, kv_smem, q_smem,
         p_smem, rows, srows, m_i, l_r, o0, o1, o2, o3, scale_log2,
         kl: gl.constexpr, L3: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, SHIFT: gl.constexpr):
@@ -524,6 +575,12 @@ def _win_fetch(cache_ptr, slot, page_size, page_bytes, c: gl.constexpr, L3: gl.c
     b = gl.load(cache_ptr + data[:, None, None] + off, mask=valid[:, None, None], other=0)
     sb = gl.load(cache_ptr + srow[:, None] + (c * 8 + kb)[None, :], mask=valid[:, None], other=0)
     return b, sb
+
+
+@gluon.jit
+def _win_prefetch(cache_ptr, slot, page_size, page_bytes, SHIFT: gl.constexpr):
+    # The records of the keys `slot` into L2, for a fetch a tile later.
+    _prefetch_record(cache_ptr, slot, page_size, page_bytes, 256, 32, SHIFT)
 
 
 @gluon.jit
@@ -954,12 +1011,18 @@ WS_PRODUCER_REGS = gl.constexpr(152)
 @gluon.jit
 def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
                      nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
-                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr,
+                     PREFETCH: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (stage buffer and K buffer
     # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
+    # Tile t + 1's copies are issued at the top of tile t's trip, so they have one tile's conversion
+    # to land in; with PREFETCH tile t + 2's records are prefetched into L2 then too (no registers
+    # or shared memory held), so those copies come from L2 (_ws_producer prefetches the tiles no
+    # trip reaches: a list's second tile, the window list's first).
     L3: gl.constexpr = _comp_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
+    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kl)
     nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
@@ -971,7 +1034,10 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
             _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, 2 * (u ^ 1),
                         NXT_SHIFT)
         async_copy.commit_group()
-        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        if PREFETCH:
+            _comp_prefetch(cache_ptr, slot_nn, page_size, page_bytes, SHIFT)  # past the list: masked off
+        slot_n = slot_nn
+        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
         mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
@@ -992,12 +1058,18 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
 @gluon.jit
 def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
                      nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
-                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr):
+                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr,
+                     PREFETCH: gl.constexpr):
     # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (stage buffer and K buffer
     # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
+    # Tile t + 1's copies are issued at the top of tile t's trip, so they have one tile's conversion
+    # to land in; with PREFETCH tile t + 2's records are prefetched into L2 then too (no registers
+    # or shared memory held), so those copies come from L2 (_ws_producer prefetches the tiles no
+    # trip reaches: a list's second tile, the window list's first).
     L3: gl.constexpr = _win_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
+    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kl)
     nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
@@ -1009,7 +1081,10 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
             _win_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, 2 * (u ^ 1),
                         NXT_SHIFT)
         async_copy.commit_group()
-        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        if PREFETCH:
+            _win_prefetch(cache_ptr, slot_nn, page_size, page_bytes, SHIFT)  # past the list: masked off
+        slot_n = slot_nn
+        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
         mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
@@ -1030,23 +1105,30 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
 @gluon.jit
 def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                  comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                 empty, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr):
+                 empty, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
+    w_lim = gl.minimum(window, w1 * BLOCK_N)
     if c0 < c1:
         _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, c_rows,
                     c_srows, 0, COMP_SHIFT)
     elif w0 < w1:
-        _win_issue(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl), win_page_size,
+        _win_issue(win_ptr, _slots(widx_row, w_lim, w0 * BLOCK_N, kl), win_page_size,
                     win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
     async_copy.commit_group()
+    if PREFETCH:  # the tiles no loop trip prefetches (slots past a list: masked off)
+        _comp_prefetch(comp_ptr, _slots(topk_row, c_lim, (c0 + 1) * BLOCK_N, kl), comp_page_size, comp_page_bytes,
+                       COMP_SHIFT)
+        for w in gl.static_range(2):
+            _win_prefetch(win_ptr, _slots(widx_row, w_lim, (w0 + w) * BLOCK_N, kl), win_page_size, win_page_bytes,
+                           WIN_SHIFT)
     nc = gl.maximum(c1 - c0, 0)
     _ws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
                      w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                     empty, kl, COMP_SHIFT, WIN_SHIFT)
+                     empty, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH)
     _ws_produce_win(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
                      w0, 0, win_page_size, win_page_bytes, kv_smem, w_rows, w_srows, w_rows, w_srows, ready, empty,
-                     kl, WIN_SHIFT, WIN_SHIFT)
+                     kl, WIN_SHIFT, WIN_SHIFT, PREFETCH)
     async_copy.wait_group(0)
 
 
@@ -1126,10 +1208,11 @@ def decode_wgmma_ws_kernel(
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
-    # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16.
+    # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16; PREFETCH: the
+    # producer prefetches the records two tiles ahead into L2 (_ws_produce_comp).
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
@@ -1178,7 +1261,7 @@ def decode_wgmma_ws_kernel(
                         w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                         comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
-                        ready, empty, COMP_SHIFT, WIN_SHIFT)),
+                        ready, empty, COMP_SHIFT, WIN_SHIFT, PREFETCH)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1235,21 +1318,27 @@ HMWS_PRODUCER_REGS = gl.constexpr(128)
 
 @gluon.jit
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
-                        kl: gl.constexpr, SHIFT: gl.constexpr):
+                        kl: gl.constexpr, SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
-    # reads it.
+    # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
+    # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
+    # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
+    # at this producer's 128 registers, static sm_90), so its loads come from L2.
     L3: gl.constexpr = _comp_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
         u = i & 1
-        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)  # past the list: -1
         b0, sb0 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
         b1, sb1 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
         b2, sb2 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
         b3, sb3 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
+        if PREFETCH:  # after this tile's loads, which are the ones waited for next
+            _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
         mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
         kz = (t >> 31) + 4 * u
         kv_smem.index(kz + 0).store(_comp_chunk(b0, sb0, L3))
@@ -1260,25 +1349,32 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
         gl.thread_barrier()  # all of K written
         mbarrier.arrive(ready.index(u))
         slot = slot_n
+        slot_n = slot_nn
 
 
 @gluon.jit
 def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
-                        kl: gl.constexpr, SHIFT: gl.constexpr):
+                        kl: gl.constexpr, SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
-    # reads it.
+    # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
+    # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
+    # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
+    # at this producer's 128 registers, static sm_90), so its loads come from L2.
     L3: gl.constexpr = _win_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
         u = i & 1
-        slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
+        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)  # past the list: -1
         b0, sb0 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
         b1, sb1 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
         b2, sb2 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
         b3, sb3 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
+        if PREFETCH:  # after this tile's loads, which are the ones waited for next
+            _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
         mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
         kz = (t >> 31) + 4 * u
         kv_smem.index(kz + 0).store(_win_chunk(b0, sb0, L3))
@@ -1289,17 +1385,22 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
         gl.thread_barrier()  # all of K written
         mbarrier.arrive(ready.index(u))
         slot = slot_n
+        slot_n = slot_nn
 
 
 @gluon.jit
 def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT: gl.constexpr,
-                   WIN_SHIFT: gl.constexpr):
+                   WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    if PREFETCH:
+        if w0 < w1:  # the window list's first tile, read after the compressed list's
+            _win_prefetch(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl),
+                           win_page_size, win_page_bytes, WIN_SHIFT)
     _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
-                       kl, COMP_SHIFT)
+                       kl, COMP_SHIFT, PREFETCH)
     _hmws_produce_win(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
-                       kv_smem, ready, empty, kl, WIN_SHIFT)
+                       kv_smem, ready, empty, kl, WIN_SHIFT, PREFETCH)
 
 
 @gluon.jit
@@ -1340,10 +1441,11 @@ def decode_wgmma_hmws_kernel(
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 8 (the consumer's two warpgroups;
-    # the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64.
+    # the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64; PREFETCH:
+    # the producer prefetches the next tile's records into L2 (_hmws_produce_comp).
     gl.static_assert(num_warps == 8)
     gl.static_assert(HB == 64)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
@@ -1384,7 +1486,7 @@ def decode_wgmma_hmws_kernel(
                           w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
-                          WIN_SHIFT)),
+                          WIN_SHIFT, PREFETCH)),
     ], [HMWS_PRODUCER_WARPS], [HMWS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1575,10 +1677,11 @@ def decode_wgmma_hmpv_kernel(
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, num_warps: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the QK warpgroup; the PV
-    # warpgroup and the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64.
+    # warpgroup and the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64;
+    # PREFETCH as decode_wgmma_hmws_kernel's.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 64)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
@@ -1632,7 +1735,7 @@ def decode_wgmma_hmpv_kernel(
                     p_free, fin, HB, SPLIT)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
-                          WIN_SHIFT)),
+                          WIN_SHIFT, PREFETCH)),
     ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMWS_PRODUCER_REGS])
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
     if SPLIT:

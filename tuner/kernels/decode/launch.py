@@ -17,9 +17,9 @@ import triton
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS,
-                                     WGMMA_ILLEGAL, WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, _fmt512, config_constexprs,
-                                     has_e2m1, is_wgmma, render_variant, render_wgmma, space, wgmma_heads,
-                                     wgmma_legality)
+                                     WGMMA_ILLEGAL, WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
+                                     _fmt512, config_constexprs, has_e2m1, is_wgmma, render_variant, render_wgmma,
+                                     space, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -411,6 +411,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
         HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
+        **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
     )
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a

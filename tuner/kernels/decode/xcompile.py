@@ -65,14 +65,20 @@ def xcompile_cases() -> list[XCompileCase]:
     # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
+    cases.append(wgmma_case(cf, wf, split=True, build="ws", prefetch=True))  # its L2 prefetch (PREFETCH=1)
     # The heads-on-M warp-specialised build (MMA=wgmma_hmws: a producer warpgroup beside the
     # heads-on-M consumer), both pairs.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
                             build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True, build="ws"))
-    # Its QK / PV split (MMA=wgmma_hmpv), both pairs.
+    # Its QK / PV split (MMA=wgmma_hmpv), both pairs; and both builds with the producer's L2
+    # prefetch of the next tile (PREFETCH=1), one pair each.
     for a, b in ((f584, f584), (cf, wf)):
         cases.append(wgmma_case(a, b, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv"))
+    cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
+                            build="ws", prefetch=True))
+    cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
+                            prefetch=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -94,11 +100,12 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
-               heads_on_m: bool = False, build: str = "") -> XCompileCase:
+               heads_on_m: bool = False, build: str = "", prefetch: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
     heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
-    `heads_on_m` the one whose consumer splits into a QK and a PV wargroup (64 heads, 4 warps)."""
+    `heads_on_m` the one whose consumer splits into a QK and a PV warpgroup (64 heads, 4 warps);
+    `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead."""
     rendered = render_wgmma(cf, wf)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
             (True, "pv"): "decode_wgmma_hmpv_kernel",
@@ -108,12 +115,13 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         rendered=rendered,
         kernel_name=name,
         signature=kernel_signature(rendered, name, ARG_TYPES),
-        constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps},
+        constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
+                    **({"PREFETCH": prefetch} if build else {})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
-        + (" warp-specialised QK/PV" if build == "pv" else ""),
+        + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
