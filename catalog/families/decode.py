@@ -53,14 +53,10 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
 # heads as the consumer (MMAs, softmax), beside 8 producer warps that gather each tile by cp.async
 # and dequantize it into the other of two K buffers, so the next tile's conversion runs under this
 # tile's MMAs. Every pair whose buffers fit (`wgmma_ws_reads`: the second K buffer takes the room of
-# a second list's stage rows, so both lists share one region; the pairs of two formats since
-# 2026-12-04, compiled for sm_90 on the CPU and not yet run on a GPU: their GPU tests are
-# test_wgmma_ws_matches_reference_on_sm90's mixed pairs, and a tune verifies every trial before it
-# may win). A program of one tile has nothing to overlap (T=1 at 16 heads: the
-# one-warpgroup build stays ahead); past a few tiles a program it wins: fp8_584 pair on the H200,
-# 16 heads T=64 20.1 us against 22.4, 64 heads T=8 14.3 against 15.4 (8 producer warps: 2-5% ahead
-# of 4 at T=64; benchmarks/results/decode_ws_h200.md). The producer's warps and registers are the
-# template's WS_PRODUCER_WARPS / WS_PRODUCER_REGS.
+# a second list's stage rows, so both lists share one region; GPU tests on five pairs, 2026-12-04).
+# A program of one tile has nothing to overlap (T=1: the one-warpgroup build stays ahead); past a
+# few tiles it wins: H200, 16 heads T=64, V4.1 pair 18.6 us against 21.1, fp8_584 pair 20.2 against
+# 22.5 (benchmarks/results/decode_ws_pairs_h200.md). Its producer: the template's WS_PRODUCER_*.
 WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-specialised region
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
@@ -76,19 +72,14 @@ WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 # Its successor in the making (MMA=wgmma_hmpv, decode_wgmma_hmpv_kernel), FlashMLA's split of the
 # consumer: one warpgroup computes S[64 heads, 64 keys] alone, the softmax and O's dims 0-255,
 # a second O's dims 256-511 from the P it leaves in shared memory; the same producer warpgroup.
-# Less operand traffic in shared memory a tile than the two symmetric warpgroups of "wgmma_hm"
-# (S at N = 64 instead of two halves of 32, O at N = 128 instead of 64). Compiled for sm_90 on the
-# CPU (2026-12-04: 214096 bytes, V4 pair 16 bytes of spills, V4.1 none), its GPU test written
-# (test_wgmma_heads_on_m_matches_reference_on_sm90) but not yet run: in the space, so a launch and
-# the benchmarks take it, but no search seeds it until that test has passed on a GPU.
+# Less operand traffic in shared memory a tile than "wgmma_hm"'s symmetric warpgroups (S at N = 64,
+# not two halves of 32; O at N = 128, not 64). Compiled for sm_90 on the CPU (2026-12-04), its GPU
+# test (test_wgmma_heads_on_m_matches_reference_on_sm90) not yet run: in the space, not seeded.
 WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
 
-# The warp-specialised builds take PREFETCH (fixed at 0 elsewhere on the wgmma path): their
-# producer issues a tile's loads (into registers: "wgmma_hmws", "wgmma_hmpv") or copies (cp.async
-# into stage buffers, "wgmma_ws") a trip ahead at most, so every tile waits out a trip to DRAM
-# where the producer binds; 1 prefetches the records of the tile after those into L2 as well (no
-# registers or shared memory held), so the loads find them there. Compiled for sm_90 on the CPU
-# (2026-12-05), not yet timed on a GPU: searched, not seeded.
+# The warp-specialised builds take PREFETCH (0 elsewhere on the wgmma path): 1 prefetches records
+# into L2 a tile further ahead than the producer loads them (benchmarks/README.md, "L2 prefetch").
+# Compiled for sm_90 on the CPU (2026-12-05), not yet timed on a GPU: searched, not seeded.
 WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
 
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
@@ -233,8 +224,7 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
             Param("MMA", ("heads_m", "keys_m") + WGMMA_MMAS, "wgmma" if wide else "heads_m"),
             # 1: each block's slots and records are loaded one block early, before the previous
             # block's dots (the slot -> record -> dot chain of a block is otherwise serial: Triton
-            # does not pipeline loads whose addresses come from other loads); on the wgmma path's
-            # WGMMA_PREFETCH_MMAS, the next tile's records prefetched into L2.
+            # does not pipeline loads whose addresses come from other loads); WGMMA_PREFETCH_MMAS above.
             Param("PREFETCH", (0, 1), 0),
             # The defaults (BLOCK_N 32, heads on M, 8 warps, 1 stage, automatic splits) are those
             # the recorded decode table (tables/decode.json) was measured with, and a table's space
