@@ -27,6 +27,9 @@ export PYTHONPATH=$PWD:/tmp/site KVTUNE_CACHE_DIR=/tmp/kvc PYTHONUNBUFFERED=1
 # Carried-in tables (from an earlier call) let --resume continue where that call was cut.
 cp -n benchmarks/tables/*.json "$OUT/tables/" 2>/dev/null || true
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
+# GPU test phases compile dozens of kernels a test: on the machine's 16 cores with pytest-xdist (fetch it
+# with `gpu-wheels.sh pytest-xdist execnet`) they run PYTEST_N at a time.
+XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_N:-6}")
 budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
@@ -89,7 +92,7 @@ for phase in "$@"; do
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
     # beside two warpgroups
-    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "heads_on_m_matches_reference" \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "heads_on_m_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_hm_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hm_gpu_h200.log"
     hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
@@ -101,7 +104,7 @@ for phase in "$@"; do
   prefetch)  # 2026-12-05's builds, compiled on the CPU only: the QK / PV split (wgmma_hmpv) and every
     # warp-specialised build with PREFETCH=1 (L2 prefetch a tile further ahead): their GPU tests, then
     # issue 28's pairs timed beside the same builds without it at H = 16 (the #26 seed shape), 64, 128
-    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
       -k "heads_on_m_matches_reference and (hmpv or prefetch) or ws_matches_reference and prefetch" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_prefetch_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_prefetch_gpu_h200.log"
@@ -113,7 +116,7 @@ for phase in "$@"; do
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
     # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)
-    timeout $(( $(left) / 2 )) python3 -m pytest -q tests/tuner/test_decode.py -k "wgmma_ws_matches_reference" \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "wgmma_ws_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_ws_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_ws_gpu_h200.log"
     hargs=(); for h in ${HEADS:-16 64}; do hargs+=(--heads "$h"); done
