@@ -44,8 +44,8 @@ WGMMA_HM_WARPS = 8
 WGMMA_MERGE_BACKEND = "soft"
 
 # What the wgmma path fixes (64-key tiles, bf16 dots, its own e2m1 lookups and split plan; its
-# warps, 4 or 8, are searched): every other value of these axes would be the same kernel under
-# another name.
+# warps, 4 or 8, are searched; PREFETCH too on WGMMA_PREFETCH_MMAS): every other value of these
+# axes would be the same kernel under another name.
 WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS": "both", "COMBINE": "kernel",
                                "PREFETCH": 0, "num_stages": 1}
 
