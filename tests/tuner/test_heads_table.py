@@ -82,6 +82,8 @@ def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
                   "heads on M, splits auto", "heads on M, splits 1", "warp-specialised, splits auto",
                   "warp-specialised, splits 1", "heads on M warp-specialised, splits auto",
                   "heads on M warp-specialised, splits 1", "heads on M QK/PV split, splits auto",
-                  "heads on M QK/PV split, splits 1"}
+                  "heads on M QK/PV split, splits 1", "warp-specialised, splits auto, L2 prefetch",
+                  "heads on M warp-specialised, splits auto, L2 prefetch",
+                  "heads on M QK/PV split, splits auto, L2 prefetch"}
     assert set(_runs(("nvfp4_288", "fp8_528"), 16)) == v4
     assert set(_runs(("fp8_528", "nvfp4_288"), 128)) == v4
