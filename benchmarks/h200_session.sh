@@ -9,6 +9,7 @@
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   bash benchmarks/h200_session.sh prefetch         # the QK / PV split and PREFETCH=1 builds: GPU tests, timings
+#   bash benchmarks/h200_session.sh timeline         # what binds the warp-specialised builds (decode_timeline.py)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -34,7 +35,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -113,6 +114,10 @@ for phase in "$@"; do
       --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" --only "QK/PV split, splits auto" \
       --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
+    ;;
+  timeline)  # what binds the warp-specialised builds: their trace builds' per-tile timelines, PREFETCH 0 and 1
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
+    echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
     # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)

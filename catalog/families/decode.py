@@ -397,11 +397,12 @@ def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bo
         wgmma_shared_bytes(c, w, WGMMA_HEADS) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
-def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> R.Rendered:
+def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, trace: bool = False) -> R.Rendered:
+    """The wgmma path's module; `trace`: with timeline probes (benchmarks/decode_timeline.py)."""
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
     if not wgmma_reads(c, w):
         raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
-    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w})
+    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w, "trace": trace})
 
 
 def wgmma_legality(target: str) -> str | None:

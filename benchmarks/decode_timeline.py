@@ -1,0 +1,225 @@
+"""What binds a warp-specialised decode build, seen from inside it (H200): each program's timeline
+of tile hand-overs, stamped with the SM's cycle counter by the wgmma template's trace build
+(`render_wgmma(..., trace=True)`: the same kernels with `_stamp` probes and a last argument,
+trace_ptr), summarised per build as medians over programs and tiles:
+
+- producer: its data wait (wgmma_ws: tile t's copies landing, after tile t + 1's are issued),
+  its wait for an empty K buffer (the consumer's MMAs of two tiles before), its conversion
+  (dequantize, store, hand over; in the heads-on-M builds this includes the loads' landing);
+- consumer (wgmma_ws, wgmma_hmws; wgmma_hmpv's QK warpgroup): its wait for a ready K buffer, its
+  compute (MMAs, softmax); wgmma_hmpv's PV warpgroup: its tile from P ready to its arrive;
+- the tile period (one consumer 'done' to the next) and the program's span.
+
+The side that waits for the other is not what binds. Cycles become us at the clock each program
+saw (its cycles over its %globaltimer ns, start to end). Records from DRAM: the traced launch reads
+the least recently used of input sets larger than the L2 together.
+
+    python benchmarks/decode_timeline.py                  # on the H200: the default shapes, both pairs
+    python benchmarks/decode_timeline.py --build wgmma_ws --heads 16 --t 64
+    python benchmarks/decode_timeline.py --static         # CPU: each traced build compiled for sm_90
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# Event numbers of the trace build's probes (templates/decode_wgmma.py.j2, _stamp): per tile.
+P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE = range(9)
+TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* constants
+
+# (build, heads): the warp-specialised builds at the shapes issue 26 and 28 measure them at.
+DEFAULT_RUNS: tuple[tuple[str, int], ...] = (("wgmma_ws", 16), ("wgmma_hmws", 128), ("wgmma_hmpv", 128))
+
+
+def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) -> dict[str, Any]:
+    """Medians (us) of a traced launch: `trace[program][tile][event]` as the kernel stamped it (0:
+    not stamped), `n_tiles[program]` the tiles the program walked (at most TRACE_TILES are kept).
+    A program's clock is its cycles over its ns from start to end; phases it has no stamps for
+    (a build without that partition) are left out."""
+    phases: dict[str, list[float]] = {k: [] for k in ("producer data wait", "producer empty wait",
+                                                      "producer conversion", "consumer ready wait",
+                                                      "consumer compute", "pv tile", "tile period", "program")}
+    clocks = []
+    for prog, n in zip(trace, n_tiles):
+        start, end = prog[0][TRACE_START:TRACE_START + 2], prog[0][TRACE_START + 2:TRACE_START + 4]
+        if n <= 0 or end[1] <= start[1] or end[0] <= start[0]:
+            continue
+        ghz = (end[0] - start[0]) / (end[1] - start[1])  # cycles a ns
+        clocks.append(ghz)
+        us = 1e-3 / ghz  # us a cycle
+        rows = [prog[i] for i in range(min(n, TRACE_TILES))]
+
+        def span(row: Sequence[int], a: int, b: int) -> float | None:
+            return (row[b] - row[a]) * us if row[a] and row[b] else None
+
+        for r in rows:
+            for name, a, b in (("producer data wait", P_TOP, P_LANDED), ("producer empty wait", P_LANDED, P_FREE),
+                               ("producer conversion", P_FREE, P_DONE), ("consumer ready wait", C_WAIT, C_READY),
+                               ("consumer compute", C_READY, C_DONE), ("pv tile", PV_READY, PV_DONE)):
+                v = span(r, a, b)
+                if v is not None:
+                    phases[name].append(v)
+        done = [r[C_DONE] for r in rows if r[C_DONE]]
+        phases["tile period"] += [(b - a) * us for a, b in zip(done, done[1:])]
+        phases["program"].append((end[0] - start[0]) * us)
+    out: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in phases.items() if v}
+    out["clock GHz"] = round(statistics.median(clocks), 3) if clocks else None
+    out["programs"] = len(clocks)
+    return out
+
+
+def _traced_module(pair: tuple[str, str], buf: Any) -> Any:
+    """The trace build's module, its warp-specialised kernels called with trace_ptr=buf."""
+    from catalog.families.decode import render_wgmma
+    from templates import render as R
+
+    mod = R.load(render_wgmma(*pair, trace=True))
+
+    class Bound:
+        def __init__(self, kernel: Any) -> None:
+            self.kernel = kernel
+
+        def __getitem__(self, grid: Any) -> Any:
+            return lambda *a, **kw: self.kernel[grid](*a, trace_ptr=buf, **kw)
+
+    class Traced:
+        def __getattr__(self, name: str) -> Any:
+            k = getattr(mod, name)
+            return Bound(k) if name in {n for n, _, _ in TRACED} else k
+
+    return Traced()
+
+
+def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) -> dict[str, Any]:
+    """One traced launch of `build` (NUM_SPLITS automatic) on records from DRAM; its summary."""
+    import torch
+
+    import tuner.kernels.decode.launch as launch
+    from benchmarks.bench_decode import PAGE, Shape, _pool, _sets
+    from catalog.families.decode import decode_bytes, default_config, wgmma_config
+    from tuner.kernels.decode import decode, verify_decode
+
+    shape = Shape(False, heads)
+    cfg = wgmma_config(default_config(*pair).replace(MMA=build, PREFETCH=prefetch))
+    pools = {pair[0] + ":comp": _pool(pair[0], shape.comp_pool, "cuda", seed=1),
+             pair[1] + ":win": _pool(pair[1], shape.win_pool, "cuda", seed=11)}
+    l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
+    n_sets = max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
+    sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
+    groups = -(-heads // (64 if build != "wgmma_ws" else 16))
+    parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
+    buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
+    real = launch._wgmma_module
+    launch._wgmma_module = lambda comp, win: _traced_module(pair, buf)
+    try:
+        def call(s: dict[str, Any]) -> Any:
+            return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"],
+                          PAGE, s["sm_scale"], s["attn_sink"], cfg, out=s["out"], workspace=s["workspace"])
+
+        bad = verify_decode(pair[0], pair[1], sets[-1], call(sets[-1]))  # compiles; checks the probes change nothing
+        for s in sets[1:]:  # set 0 becomes the least recently used
+            call(s)
+        buf.zero_()
+        call(sets[0])
+        torch.cuda.synchronize()
+    finally:
+        launch._wgmma_module = real
+    n_tiles = -(-shape.topk // 64) + -(-shape.window // 64)
+    trace = buf.view(-1, TRACE_TILES, TRACE_EVENTS).tolist()
+    # Program p = (token * parts + split) * groups + group walks tiles [split * per, ...) of n_tiles.
+    walked = [max(0, min(per, n_tiles - ((p // groups) % parts) * per)) for p in range(len(trace))]
+    return {"pair": "+".join(pair), "build": build, "PREFETCH": prefetch, "H": heads, "T": t, "splits": parts,
+            "tiles a program": per, "error": bad, **summarise(trace, walked)}
+
+
+# The traced kernels: (name, heads a program, num_warps).
+TRACED: tuple[tuple[str, int, int], ...] = (("decode_wgmma_ws_kernel", 16, 4), ("decode_wgmma_hmws_kernel", 64, 8),
+                                            ("decode_wgmma_hmpv_kernel", 64, 4))
+
+
+def trace_case(pair: tuple[str, str], name: str, heads: int, warps: int) -> Any:
+    """The cross-compile case of one traced kernel (split, sink, pages of 64, no PREFETCH)."""
+    from catalog.families.decode import render_wgmma
+    from tuner.kernels.base import XCompileCase
+    from tuner.kernels.decode.xcompile import ALIGNED_INTS, ARG_TYPES
+    from tuner.kernels.signature import kernel_signature
+
+    rendered = render_wgmma(*pair, trace=True)
+    return XCompileCase(variant="wgmma", rendered=rendered, kernel_name=name,
+                        signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"}),
+                        constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": True, "HAS_SINK": True,
+                                    "PREFETCH": False, "num_warps": warps},
+                        num_warps=warps, num_stages=1, detail="trace", aligned_ints=ALIGNED_INTS)
+
+
+def static() -> int:
+    """Each traced kernel compiled for sm_90 on the CPU (registers, spills): the probes must not
+    change much of what they measure (2026-12-05: the ws build none; the heads-on-M builds 60-140
+    bytes of spills, 0-24 untraced)."""
+    from tuner.compile import _request, compile_with_stats
+
+    for pair in (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")):
+        for name, heads, warps in TRACED:
+            _, stats = compile_with_stats(_request(trace_case(pair, name, heads, warps), "sm_90"))
+            print(json.dumps({"pair": "+".join(pair), "kernel": name, **stats}))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--static", action="store_true", help="compile the traced builds for sm_90 on the CPU only")
+    ap.add_argument("--build", action="append", default=None, help="wgmma_ws, wgmma_hmws, wgmma_hmpv (repeatable)")
+    ap.add_argument("--heads", type=int, default=None, help="default: 16 for wgmma_ws, 128 for the heads-on-M builds")
+    ap.add_argument("--t", type=int, default=64)
+    ap.add_argument("--pair", action="append", default=None, help="comp+win (default: both of issue 28's pairs)")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    args = ap.parse_args()
+    if args.static:
+        os.environ.pop("TRITON_INTERPRET", None)
+        return static()
+    import torch
+
+    from benchmarks.common import provenance
+
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        print("decode_timeline runs on an sm_90 GPU only (--static compiles on the CPU)", file=sys.stderr)
+        return 2
+    runs = [(b, args.heads or h) for b, h in DEFAULT_RUNS if not args.build or b in args.build]
+    pairs = [tuple(p.split("+")) for p in args.pair] if args.pair else [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")]
+    rows = []
+    for pair in pairs:
+        for build, heads in runs:
+            for prefetch in (0, 1):
+                row = run(pair, build, heads, args.t, prefetch)  # type: ignore[arg-type]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    prov = provenance()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decode_timeline_h200.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+    cols = ["producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
+            "consumer compute", "pv tile", "tile period", "program", "clock GHz"]
+    lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
+             f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
+             "top-k 512, window 128, page 64; records from DRAM; one traced launch a row "
+             "(`benchmarks/decode_timeline.py`: the trace build's cycle stamps).", "",
+             "| pair | build | PREFETCH | H | T | splits | " + " | ".join(cols) + " |",
+             "|---" * (6 + len(cols)) + "|"]
+    for r in rows:
+        lines.append(f"| {r['pair']} | {r['build']} | {r['PREFETCH']} | {r['H']} | {r['T']} | {r['splits']} | "
+                     + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
+    (out / "decode_timeline_h200.md").write_text("\n".join(lines) + "\n")
+    return 0 if all(r["error"] is None for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""benchmarks/decode_timeline.py: the trace build of the wgmma template and the summary of its stamps
+(the traced launches themselves run on an sm_90 GPU only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE, P_LANDED, P_TOP, PV_DONE, PV_READY,
+                                        TRACE_EVENTS, TRACE_START, TRACE_TILES, TRACED, summarise)
+from catalog.families.decode import render_wgmma
+
+
+def _program(ghz: float, tiles: list[dict[int, int]], start: int = 1000) -> list[list[int]]:
+    """A program's stamps: tile i's events as cycles after `start`, its start and end at `ghz`."""
+    prog = [[0] * TRACE_EVENTS for _ in range(TRACE_TILES)]
+    for i, ev in enumerate(tiles):
+        for e, c in ev.items():
+            prog[i][e] = start + c
+    last = max(c for ev in tiles for c in ev.values())
+    prog[0][TRACE_START:TRACE_START + 4] = [start, 5_000, start + last, 5_000 + round(last / ghz)]
+    return prog
+
+
+def test_summarise_reads_each_phase_from_the_stamps() -> None:
+    # Two programs of a ws build at 2 GHz (2000 cycles an us): the producer waits 1 us for its
+    # data, 0.5 for a buffer, converts in 0.25; the consumer waits 0.1 and computes 1.5; tiles 2 us
+    # apart. A third program walked no tile (a split past the lists) and is left out.
+    def tile(i: int) -> dict[int, int]:
+        b = 4000 * i
+        return {P_TOP: b + 2, P_LANDED: b + 2002, P_FREE: b + 3002, P_DONE: b + 3502, C_WAIT: b + 3600,
+                C_READY: b + 3800, C_DONE: b + 6800}
+    progs = [_program(2.0, [tile(i) for i in range(3)]), _program(2.0, [tile(i) for i in range(3)], start=7),
+             [[0] * TRACE_EVENTS for _ in range(TRACE_TILES)]]
+    got = summarise(progs, [3, 3, 0])
+    assert got["programs"] == 2 and got["clock GHz"] == 2.0
+    assert (got["producer data wait"], got["producer empty wait"], got["producer conversion"]) == (1.0, 0.5, 0.25)
+    assert (got["consumer ready wait"], got["consumer compute"], got["tile period"]) == (0.1, 1.5, 2.0)
+    assert got["program"] == 7.4 and "pv tile" not in got  # 14800 cycles; no PV warpgroup in this build
+    # The QK / PV split's PV warpgroup; a tile past TRACE_TILES is not read.
+    pv = _program(1.0, [{PV_READY: 100 * i, PV_DONE: 100 * i + 40} for i in range(1, 4)])
+    assert summarise([pv], [TRACE_TILES + 5])["pv tile"] == 0.04
+
+
+def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90() -> None:
+    # The served module is the golden one (trace=False is the default render); the trace build
+    # gives each warp-specialised kernel a last argument, trace_ptr, and reads the cycle counter.
+    # Compiled for sm_90 on the CPU, the ws build's traced kernel keeps its shared memory and does
+    # not spill (the probes' stores must not change what they time).
+    pair = ("nvfp4_288", "fp8_528")
+    plain, traced = render_wgmma(*pair), render_wgmma(*pair, trace=True)
+    assert plain.source == render_wgmma(*pair, trace=False).source and "trace_ptr" not in plain.source
+    assert "%clock64" in traced.source and "%globaltimer" in traced.source
+    for name, _, _ in TRACED:
+        head = traced.source.split(f"def {name}(")[1].split("):")[0]
+        assert head.rstrip(", \n").endswith("trace_ptr"), name
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from benchmarks.decode_timeline import trace_case; from tuner.compile import _request, "
+            "compile_with_stats; print(json.dumps(compile_with_stats(_request(trace_case(('nvfp4_288', 'fp8_528'), "
+            "'decode_wgmma_ws_kernel', 16, 4), 'sm_90'))[1]))")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, check=True)
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    assert stats["spills"] == 0 and 0 < stats["registers"] <= 255, stats
+    assert stats["shared_bytes"] >= 225344, stats  # wgmma_ws_shared_bytes of the pair
+
