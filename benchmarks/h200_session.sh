@@ -35,7 +35,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -58,6 +58,15 @@ for phase in "$@"; do
       --max-configs-other "${PACK_CONFIGS:-16}" \
       >"$OUT/bench_pack.log" 2>&1
     echo "bench_pack rc=$?" >>"$OUT/bench_pack.log"
+    ;;
+  pack-584)  # issue 26's 1.5x line for fp8_584: its default beside the pipelined programs holding whole rows
+    # (the bf16 dims copied a block ahead since 2026-12-05), byte-exact on 1M tokens first, one run
+    timeout $(( ${PACK_S:-$(( $(left) - 10 ))} )) python3 benchmarks/bench_pack.py --out "$OUT/results" --formats fp8_584 \
+      --pick backend=cvt,BLOCK_T=4,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2 \
+      --pick backend=cvt,BLOCK_T=8,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2 \
+      --pick backend=cvt,BLOCK_T=2,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2 \
+      >"$OUT/bench_pack_584.log" 2>&1
+    echo "bench_pack rc=$?" >>"$OUT/bench_pack_584.log"
     ;;
   pack-tests)  # the pack tests on the GPU: every legal backend byte-exact, every e4m3 code and tie
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_pack.py -k "matches_reference or every_code_and_tie" \
