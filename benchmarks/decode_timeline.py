@@ -22,6 +22,7 @@ the least recently used of input sets larger than the L2 together.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -99,19 +100,27 @@ def _traced_module(pair: tuple[str, str], buf: Any) -> Any:
     return Traced()
 
 
+@functools.lru_cache(maxsize=4)
+def _pool_once(fmt: str, n_slots: int, seed: int) -> Any:
+    """bench_decode's record pool, made once for every run of a pair."""
+    from benchmarks.bench_decode import _pool
+
+    return _pool(fmt, n_slots, "cuda", seed=seed)
+
+
 def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) -> dict[str, Any]:
     """One traced launch of `build` (NUM_SPLITS automatic) on records from DRAM; its summary."""
     import torch
 
     import tuner.kernels.decode.launch as launch
-    from benchmarks.bench_decode import PAGE, Shape, _pool, _sets
+    from benchmarks.bench_decode import PAGE, Shape, _sets
     from catalog.families.decode import decode_bytes, default_config, wgmma_config
     from tuner.kernels.decode import decode, verify_decode
 
     shape = Shape(False, heads)
     cfg = wgmma_config(default_config(*pair).replace(MMA=build, PREFETCH=prefetch))
-    pools = {pair[0] + ":comp": _pool(pair[0], shape.comp_pool, "cuda", seed=1),
-             pair[1] + ":win": _pool(pair[1], shape.win_pool, "cuda", seed=11)}
+    pools = {pair[0] + ":comp": _pool_once(pair[0], shape.comp_pool, 1),
+             pair[1] + ":win": _pool_once(pair[1], shape.win_pool, 11)}
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     n_sets = max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
     sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
