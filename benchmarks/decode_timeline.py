@@ -1,14 +1,16 @@
-"""What binds a warp-specialised decode build, seen from inside it (H200): each program's timeline
-of tile hand-overs, stamped with the SM's cycle counter by the wgmma template's trace build
+"""What binds a wgmma decode build, seen from inside it (H200): each program's timeline of tile
+steps, stamped with the SM's cycle counter by the wgmma template's trace build
 (`render_wgmma(..., trace=True)`: the same kernels with `_stamp` probes and a last argument,
 trace_ptr), summarised per build as medians over programs and tiles:
 
-- producer: its data wait (wgmma_ws: tile t's copies landing, after tile t + 1's are issued),
-  its wait for an empty K buffer (the consumer's MMAs of two tiles before), its conversion
-  (dequantize, store, hand over; in the heads-on-M builds this includes the loads' landing);
-- consumer (wgmma_ws, wgmma_hmws; wgmma_hmpv's QK warpgroup): its wait for a ready K buffer, its
-  compute (MMAs, softmax); wgmma_hmpv's PV warpgroup: its tile from P ready to its arrive;
-- the tile period (one consumer 'done' to the next) and the program's span.
+- the prologue (program start to its first tile: the query into shared memory, the first slots);
+- producer: its data wait (the cp.async builds: tile t's copies landing), its wait for an empty K
+  buffer (warp-specialised builds: the consumer's MMAs of two tiles before), its conversion
+  (dequantize, store, hand over; in the heads-on-M warp-specialised builds this includes the
+  loads' landing); in the builds without a producer (wgmma, wgmma_hm) the same steps in line;
+- consumer (wgmma_hmpv: its QK warpgroup): its wait for a ready K buffer, its compute (MMAs,
+  softmax); wgmma_hmpv's PV warpgroup: its tile from P ready to its arrive;
+- the tile period (one consumer 'done' to the next) and the program's span (start to key loop end).
 
 The side that waits for the other is not what binds. Cycles become us at the clock each program
 saw (its cycles over its %globaltimer ns, start to end). Records from DRAM: the traced launch reads
@@ -37,8 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE = range(9)
 TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* constants
 
-# (build, heads): the warp-specialised builds at the shapes issue 26 and 28 measure them at.
-DEFAULT_RUNS: tuple[tuple[str, int], ...] = (("wgmma_ws", 16), ("wgmma_hmws", 128), ("wgmma_hmpv", 128))
+# (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
+# and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
+DEFAULT_RUNS: tuple[tuple[str, int, int], ...] = (("wgmma", 16, 1), ("wgmma", 16, 64), ("wgmma_ws", 16, 64),
+                                                  ("wgmma_hm", 128, 64), ("wgmma_hmws", 128, 64),
+                                                  ("wgmma_hmpv", 128, 64))
 
 
 def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) -> dict[str, Any]:
@@ -46,7 +51,7 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     not stamped), `n_tiles[program]` the tiles the program walked (at most TRACE_TILES are kept).
     A program's clock is its cycles over its ns from start to end; phases it has no stamps for
     (a build without that partition) are left out."""
-    phases: dict[str, list[float]] = {k: [] for k in ("producer data wait", "producer empty wait",
+    phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer data wait", "producer empty wait",
                                                       "producer conversion", "consumer ready wait",
                                                       "consumer compute", "pv tile", "tile period", "program")}
     clocks = []
@@ -69,6 +74,8 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                 v = span(r, a, b)
                 if v is not None:
                     phases[name].append(v)
+        if rows[0][P_TOP]:
+            phases["prologue"].append((rows[0][P_TOP] - start[0]) * us)
         done = [r[C_DONE] for r in rows if r[C_DONE]]
         phases["tile period"] += [(b - a) * us for a, b in zip(done, done[1:])]
         phases["program"].append((end[0] - start[0]) * us)
@@ -114,7 +121,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
 
     import tuner.kernels.decode.launch as launch
     from benchmarks.bench_decode import PAGE, Shape, _sets
-    from catalog.families.decode import decode_bytes, default_config, wgmma_config
+    from catalog.families.decode import (WGMMA_HM_HEADS, WGMMA_HM_MMAS, decode_bytes, default_config, wgmma_config,
+                                         wgmma_heads)
     from tuner.kernels.decode import decode, verify_decode
 
     shape = Shape(False, heads)
@@ -124,7 +132,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     n_sets = max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
     sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
-    groups = -(-heads // (64 if build != "wgmma_ws" else 16))
+    hb = WGMMA_HM_HEADS if build in WGMMA_HM_MMAS else wgmma_heads(cfg, heads, *pair)
+    groups = -(-heads // hb)
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
     buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
     real = launch._wgmma_module
@@ -151,8 +160,12 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
 
 
 # The traced kernels: (name, heads a program, num_warps).
-TRACED: tuple[tuple[str, int, int], ...] = (("decode_wgmma_ws_kernel", 16, 4), ("decode_wgmma_hmws_kernel", 64, 8),
+TRACED: tuple[tuple[str, int, int], ...] = (("decode_wgmma_kernel", 16, 4), ("decode_wgmma_hm_kernel", 64, 8),
+                                            ("decode_wgmma_ws_kernel", 16, 4), ("decode_wgmma_hmws_kernel", 64, 8),
                                             ("decode_wgmma_hmpv_kernel", 64, 4))
+
+
+PREFETCH_KERNELS = frozenset({"decode_wgmma_ws_kernel", "decode_wgmma_hmws_kernel", "decode_wgmma_hmpv_kernel"})
 
 
 def trace_case(pair: tuple[str, str], name: str, heads: int, warps: int) -> Any:
@@ -166,14 +179,13 @@ def trace_case(pair: tuple[str, str], name: str, heads: int, warps: int) -> Any:
     return XCompileCase(variant="wgmma", rendered=rendered, kernel_name=name,
                         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"}),
                         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": True, "HAS_SINK": True,
-                                    "PREFETCH": False, "num_warps": warps},
+                                    "num_warps": warps, **({"PREFETCH": False} if name in PREFETCH_KERNELS else {})},
                         num_warps=warps, num_stages=1, detail="trace", aligned_ints=ALIGNED_INTS)
 
 
 def static() -> int:
     """Each traced kernel compiled for sm_90 on the CPU (registers, spills): the probes must not
-    change much of what they measure (2026-12-05: the ws build none; the heads-on-M builds 60-140
-    bytes of spills, 0-24 untraced)."""
+    change much of what they measure (2026-12-05: see benchmarks/README.md, decode_timeline.py)."""
     from tuner.compile import _request, compile_with_stats
 
     for pair in (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")):
@@ -186,9 +198,10 @@ def static() -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--static", action="store_true", help="compile the traced builds for sm_90 on the CPU only")
-    ap.add_argument("--build", action="append", default=None, help="wgmma_ws, wgmma_hmws, wgmma_hmpv (repeatable)")
-    ap.add_argument("--heads", type=int, default=None, help="default: 16 for wgmma_ws, 128 for the heads-on-M builds")
-    ap.add_argument("--t", type=int, default=64)
+    ap.add_argument("--build", action="append", default=None,
+                    help="wgmma, wgmma_hm, wgmma_ws, wgmma_hmws, wgmma_hmpv (repeatable; default: DEFAULT_RUNS)")
+    ap.add_argument("--heads", type=int, default=None, help="default: DEFAULT_RUNS' (16, or 128 for heads on M)")
+    ap.add_argument("--t", type=int, default=None, help="default: DEFAULT_RUNS' (1 and 64)")
     ap.add_argument("--pair", action="append", default=None, help="comp+win (default: both of issue 28's pairs)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
@@ -198,24 +211,26 @@ def main() -> int:
     import torch
 
     from benchmarks.common import provenance
+    from catalog.families.decode import WGMMA_PREFETCH_MMAS
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         print("decode_timeline runs on an sm_90 GPU only (--static compiles on the CPU)", file=sys.stderr)
         return 2
-    runs = [(b, args.heads or h) for b, h in DEFAULT_RUNS if not args.build or b in args.build]
+    runs = list(dict.fromkeys((b, args.heads or h, args.t or t) for b, h, t in DEFAULT_RUNS
+                              if not args.build or b in args.build))
     pairs = [tuple(p.split("+")) for p in args.pair] if args.pair else [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")]
     rows = []
     for pair in pairs:
-        for build, heads in runs:
-            for prefetch in (0, 1):
-                row = run(pair, build, heads, args.t, prefetch)  # type: ignore[arg-type]
+        for build, heads, t in runs:
+            for prefetch in ((0, 1) if build in WGMMA_PREFETCH_MMAS else (0,)):
+                row = run(pair, build, heads, t, prefetch)  # type: ignore[arg-type]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     prov = provenance()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "decode_timeline_h200.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
-    cols = ["producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
+    cols = ["prologue", "producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
             "consumer compute", "pv tile", "tile period", "program", "clock GHz"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "

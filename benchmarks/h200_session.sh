@@ -9,7 +9,7 @@
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   bash benchmarks/h200_session.sh prefetch         # the QK / PV split and PREFETCH=1 builds: GPU tests, timings
-#   bash benchmarks/h200_session.sh timeline         # what binds the warp-specialised builds (decode_timeline.py)
+#   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -124,7 +124,7 @@ for phase in "$@"; do
       --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
     ;;
-  timeline)  # what binds the warp-specialised builds: their trace builds' per-tile timelines, PREFETCH 0 and 1
+  timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1)
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
