@@ -136,8 +136,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
     groups = -(-heads // hb)
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
     buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
-    real = launch._wgmma_module
-    launch._wgmma_module = lambda comp, win: _traced_module(pair, buf)
+    real, traced = launch._wgmma_module, _traced_module(pair, buf)
+    launch._wgmma_module = lambda comp, win: traced
     try:
         def call(s: dict[str, Any]) -> Any:
             return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"],
