@@ -86,7 +86,7 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
 
 
 def _traced_module(pair: tuple[str, str], buf: Any) -> Any:
-    """The trace build's module, its warp-specialised kernels called with trace_ptr=buf."""
+    """The trace build's module, its kernels (TRACED) called with trace_ptr=buf."""
     from catalog.families.decode import render_wgmma
     from templates import render as R
 
