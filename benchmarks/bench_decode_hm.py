@@ -68,6 +68,21 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
     return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 
 
+def _prefetch_ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: each ", L2 prefetch" row's time over its build's without it (same run)."""
+    base = {(r["pair"], r["H"], r["T"], r["build"]): r["us"] for r in rows}
+    out = []
+    for r in rows:
+        plain = base.get((r["pair"], r["H"], r["T"], r["build"].removesuffix(", L2 prefetch")))
+        if r["build"].endswith(", L2 prefetch") and r["us"] and plain:
+            out.append(f"| {r['pair']} | {r['H']} | {r['T']} | {r['build'].removesuffix(', L2 prefetch')} | "
+                       f"{plain:.2f} | {r['us']:.2f} | {r['us'] / plain:.3f} |")
+    if not out:
+        return []
+    return ["", "PREFETCH=1 against the same build without it (same run):", "",
+            "| pair | H | T | build | us | with L2 prefetch us | ratio |", "|---|---|---|---|---|---|---|", *out]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, action="append", default=None, help="default: 16, 64, 128")
@@ -118,6 +133,7 @@ def main() -> int:
              "(`benchmarks/bench_decode_hm.py`).", "", "| pair | H | T | build | us |", "|---|---|---|---|---|"]
     lines += [f"| {r['pair']} | {r['H']} | {r['T']} | {r['build']} | " + (f"{r['us']:.2f}" if r["us"] else f"failed: {r['error']}") + " |"
               for r in rows]
+    lines += _prefetch_ratios(rows)
     (out / "decode_hm_h200.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'decode_hm_h200.md'}")
     return 0 if all(r["us"] for r in rows) else 1

@@ -87,3 +87,20 @@ def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
                   "heads on M QK/PV split, splits auto, L2 prefetch"}
     assert set(_runs(("nvfp4_288", "fp8_528"), 16)) == v4
     assert set(_runs(("fp8_528", "nvfp4_288"), 128)) == v4
+
+
+def test_bench_decode_hm_puts_each_prefetch_row_beside_its_build() -> None:
+    # The ", L2 prefetch" rows over the same build's (pair, H, T) row without it; a failed row or
+    # one without its base is left out.
+    from benchmarks.bench_decode_hm import _prefetch_ratios
+
+    rows = [{"pair": "p", "H": 16, "T": 64, "build": "warp-specialised, splits auto", "us": 20.0},
+            {"pair": "p", "H": 16, "T": 64, "build": "warp-specialised, splits auto, L2 prefetch", "us": 15.0},
+            {"pair": "p", "H": 64, "T": 64, "build": "warp-specialised, splits auto, L2 prefetch", "us": 30.0},
+            {"pair": "p", "H": 16, "T": 64, "build": "heads on M warp-specialised, splits auto", "us": 50.0},
+            {"pair": "p", "H": 16, "T": 64, "build": "heads on M warp-specialised, splits auto, L2 prefetch",
+             "us": None}]
+    lines = _prefetch_ratios(rows)
+    assert lines[-1] == "| p | 16 | 64 | warp-specialised, splits auto | 20.00 | 15.00 | 0.750 |"
+    assert sum(line.startswith("| p |") for line in lines) == 1
+    assert _prefetch_ratios(rows[:1]) == []
