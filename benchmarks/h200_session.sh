@@ -113,15 +113,16 @@ for phase in "$@"; do
     ;;
   prefetch)  # 2026-12-05's builds, compiled on the CPU only: the QK / PV split (wgmma_hmpv) and every
     # warp-specialised build with PREFETCH=1 (L2 prefetch a tile further ahead): their GPU tests, then
-    # issue 28's pairs timed beside the same builds without it at H = 16 (the #26 seed shape), 64, 128
+    # issue 28's pairs timed beside the same builds without it at H = 16 (the #26 seed shape), 64, 128,
+    # T = 8 and 64 (TS, HEADS override)
     timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
       -k "heads_on_m_matches_reference and (hmpv or prefetch) or ws_matches_reference and prefetch" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_prefetch_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_prefetch_gpu_h200.log"
     hargs=(); for h in ${HEADS:-16 64 128}; do hargs+=(--heads "$h"); done
-    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 \
-      --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" --only "QK/PV split, splits auto" \
-      --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts "${TS:-8,64}" \
+      --pair nvfp4_288+fp8_528 --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" \
+      --only "QK/PV split, splits auto" --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
     ;;
   timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1)
