@@ -125,8 +125,10 @@ for phase in "$@"; do
       --only "QK/PV split, splits auto" --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
     ;;
-  timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1)
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
+  timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1); one pair a
+    # call (TL_PAIR; each traced kernel is a cold compile, ~30 s)
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
+      --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
