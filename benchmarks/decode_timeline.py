@@ -229,7 +229,9 @@ def main() -> int:
     prov = provenance()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_timeline_h200.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+    # One pair a call names its files after it (no '+': the device's file transfer refuses it).
+    stem = "decode_timeline" + ("_" + "_".join(pairs[0]) if len(pairs) == 1 else "") + "_h200"
+    (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
     cols = ["prologue", "producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
             "consumer compute", "pv tile", "tile period", "program", "clock GHz"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
@@ -241,7 +243,7 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['pair']} | {r['build']} | {r['PREFETCH']} | {r['H']} | {r['T']} | {r['splits']} | "
                      + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
-    (out / "decode_timeline_h200.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return 0 if all(r["error"] is None for r in rows) else 1
 
 
