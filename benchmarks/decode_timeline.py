@@ -237,7 +237,9 @@ def main() -> int:
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
              "top-k 512, window 128, page 64; records from DRAM; one traced launch a row "
-             "(`benchmarks/decode_timeline.py`: the trace build's cycle stamps).", "",
+             "(`benchmarks/decode_timeline.py`: the trace build's cycle stamps). The heads-on-M warp-specialised "
+             "producers load records into registers: their 'data wait' is the loads' issue, the landing falls in "
+             "their conversion.", "",
              "| pair | build | PREFETCH | H | T | splits | " + " | ".join(cols) + " |",
              "|---" * (6 + len(cols)) + "|"]
     for r in rows:
