@@ -8,7 +8,8 @@
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
-#   bash benchmarks/h200_session.sh prefetch         # the QK / PV split and PREFETCH=1 builds: GPU tests, timings
+#   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
+#   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -35,7 +36,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -111,14 +112,17 @@ for phase in "$@"; do
       >"$OUT/bench_decode_hm.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hm.log"
     ;;
-  prefetch)  # 2026-12-05's builds, compiled on the CPU only: the QK / PV split (wgmma_hmpv) and every
-    # warp-specialised build with PREFETCH=1 (L2 prefetch a tile further ahead): their GPU tests, then
-    # issue 28's pairs timed beside the same builds without it at H = 16 (the #26 seed shape), 64, 128,
-    # T = 8 and 64 (TS, HEADS override)
-    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
-      -k "heads_on_m_matches_reference and (hmpv or prefetch) or ws_matches_reference and prefetch" \
+  prefetch-tests)  # 2026-12-05's builds, compiled on the CPU only: GPU tests of the QK / PV split (wgmma_hmpv),
+    # of every warp-specialised build with PREFETCH=1, and of ws / hmws without it (their slots now load a tile
+    # further ahead): ~26 tests, on PYTEST_N workers
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
+      -k "heads_on_m_matches_reference and (hmws or hmpv) or ws_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_prefetch_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_prefetch_gpu_h200.log"
+    ;;
+  prefetch)  # the warp-specialised builds with and without PREFETCH=1 (L2 prefetch a tile further ahead) and the
+    # QK / PV split, both of issue 28's pairs at H = 16 (the #26 seed shape), 64, 128, T = 8 and 64 (HEADS, TS
+    # override); decode_hm_h200.md ends with each PREFETCH row's ratio to its build's
     hargs=(); for h in ${HEADS:-16 64 128}; do hargs+=(--heads "$h"); done
     timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts "${TS:-8,64}" \
       --pair nvfp4_288+fp8_528 --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" \
