@@ -121,8 +121,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
 
     import tuner.kernels.decode.launch as launch
     from benchmarks.bench_decode import PAGE, Shape, _sets
-    from catalog.families.decode import (WGMMA_HM_HEADS, WGMMA_HM_MMAS, decode_bytes, default_config, wgmma_config,
-                                         wgmma_heads)
+    from catalog.families.decode import decode_bytes, default_config, wgmma_config
     from tuner.kernels.decode import decode, verify_decode
 
     shape = Shape(False, heads)
@@ -132,8 +131,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     n_sets = max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
     sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
-    hb = WGMMA_HM_HEADS if build in WGMMA_HM_MMAS else wgmma_heads(cfg, heads, *pair)
-    groups = -(-heads // hb)
+    groups = -(-heads // launch.wgmma_program_heads(cfg, heads, *pair))
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
     buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
     real, traced = launch._wgmma_module, _traced_module(pair, buf)
@@ -165,22 +163,20 @@ TRACED: tuple[tuple[str, int, int], ...] = (("decode_wgmma_kernel", 16, 4), ("de
                                             ("decode_wgmma_hmpv_kernel", 64, 4))
 
 
-PREFETCH_KERNELS = frozenset({"decode_wgmma_ws_kernel", "decode_wgmma_hmws_kernel", "decode_wgmma_hmpv_kernel"})
+# The traced kernels' builds: wgmma_case's (heads_on_m, build) by kernel name.
+_BUILDS = {"decode_wgmma_kernel": (False, ""), "decode_wgmma_hm_kernel": (True, ""),
+           "decode_wgmma_ws_kernel": (False, "ws"), "decode_wgmma_hmws_kernel": (True, "ws"),
+           "decode_wgmma_hmpv_kernel": (True, "pv")}
 
 
 def trace_case(pair: tuple[str, str], name: str, heads: int, warps: int) -> Any:
     """The cross-compile case of one traced kernel (split, sink, pages of 64, no PREFETCH)."""
-    from catalog.families.decode import render_wgmma
-    from tuner.kernels.base import XCompileCase
-    from tuner.kernels.decode.xcompile import ALIGNED_INTS, ARG_TYPES
-    from tuner.kernels.signature import kernel_signature
+    from catalog.formats import get_format
+    from tuner.kernels.decode.xcompile import wgmma_case
 
-    rendered = render_wgmma(*pair, trace=True)
-    return XCompileCase(variant="wgmma", rendered=rendered, kernel_name=name,
-                        signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"}),
-                        constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": True, "HAS_SINK": True,
-                                    "num_warps": warps, **({"PREFETCH": False} if name in PREFETCH_KERNELS else {})},
-                        num_warps=warps, num_stages=1, detail="trace", aligned_ints=ALIGNED_INTS)
+    heads_on_m, build = _BUILDS[name]
+    return wgmma_case(get_format(pair[0]), get_format(pair[1]), split=True, heads=heads, warps=warps,
+                      heads_on_m=heads_on_m, build=build, trace=True)
 
 
 def static() -> int:

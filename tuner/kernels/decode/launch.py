@@ -380,6 +380,13 @@ def _pow2_shift(n: int) -> int:
     return n.bit_length() - 1 if n & (n - 1) == 0 else -1
 
 
+def wgmma_program_heads(cfg: Config, heads: int, cf: str | RecordFormat, wf: str | RecordFormat) -> int:
+    """Heads a program of the wgmma path's build `cfg` takes (its HB) in a launch of `heads`: 64 on
+    the heads-on-M builds' M, else `wgmma_heads`' 16 or 32 on N; the launch runs ceil(heads / HB)
+    groups."""
+    return WGMMA_HM_HEADS if cfg["MMA"] in WGMMA_HM_MMAS else wgmma_heads(cfg, heads, cf, wf)
+
+
 def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, topk_idx: torch.Tensor,
                   win_cache: torch.Tensor, wf: RecordFormat, window_idx: torch.Tensor, page_size: int, wps: int,
                   sm_scale: float, attn_sink: torch.Tensor | None, cfg: Config, o: torch.Tensor, lse: torch.Tensor,
@@ -394,8 +401,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if illegal:
         raise ValueError(f"MMA=wgmma cannot run on {detect().name}: {illegal}")
     n_tok, heads = q.shape[0], q.shape[1]
-    heads_on_m = cfg["MMA"] in WGMMA_HM_MMAS
-    hb = WGMMA_HM_HEADS if heads_on_m else wgmma_heads(cfg, heads, cf, wf)
+    hb = wgmma_program_heads(cfg, heads, cf, wf)
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)

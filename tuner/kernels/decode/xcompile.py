@@ -100,13 +100,14 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
-               heads_on_m: bool = False, build: str = "", prefetch: bool = False) -> XCompileCase:
+               heads_on_m: bool = False, build: str = "", prefetch: bool = False, trace: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
     heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
     `heads_on_m` the one whose consumer splits into a QK and a PV warpgroup (64 heads, 4 warps);
-    `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead."""
-    rendered = render_wgmma(cf, wf)
+    `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead;
+    `trace`: the template's trace build (benchmarks/decode_timeline.py), with its last argument."""
+    rendered = render_wgmma(cf, wf, trace=trace)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
             (True, "pv"): "decode_wgmma_hmpv_kernel",
             (False, "ws"): "decode_wgmma_ws_kernel", (False, ""): "decode_wgmma_kernel"}[(heads_on_m, build)]
@@ -114,14 +115,15 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         variant="wgmma",
         rendered=rendered,
         kernel_name=name,
-        signature=kernel_signature(rendered, name, ARG_TYPES),
+        signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
                     **({"PREFETCH": prefetch} if build else {})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
-        + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else ""),
+        + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else "")
+        + (" trace" if trace else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
