@@ -111,9 +111,7 @@ def main() -> int:
             for t in [int(x) for x in args.ts.split(",")]:
                 n_sets = max(2, min(512, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window))))
                 sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
-                for label, run in _runs(pair, heads).items():
-                    if args.only and not any(o in label for o in args.only):
-                        continue
+                for label, run in _ordered(_runs(pair, heads), args.only):
                     try:
                         bad = verify_decode(pair[0], pair[1], sets[0], run(sets[0]))
                     except Exception as e:  # a build that fails to compile or launch is a row
@@ -122,7 +120,22 @@ def main() -> int:
                     rows.append({"pair": name, "H": heads, "T": t, "build": label, "us": us, "error": bad})
                     print(f"  {name:18s} H={heads:<4d} T={t:<3d} {label:34s} "
                           + (f"{us:8.2f} us" if us else f"FAIL {bad}"), flush=True)
+                    _write(Path(args.out), prov, pairs, rows)  # each row kept if a later launch hangs
     out = Path(args.out)
+    print(f"wrote {out / 'decode_hm_h200.md'}")
+    return 0 if all(r["us"] for r in rows) else 1
+
+
+def _ordered(runs: dict[str, Callable], only: list[str] | None) -> list[tuple[str, Callable]]:
+    """The builds to time: all of `runs`, or those whose label contains an `only` pattern, in the
+    order of the first pattern each matches (a build that may hang, never run on a GPU, goes last)."""
+    if not only:
+        return list(runs.items())
+    rank = {label: min((i for i, o in enumerate(only) if o in label), default=None) for label in runs}
+    return sorted(((lb, run) for lb, run in runs.items() if rank[lb] is not None), key=lambda lr: rank[lr[0]])
+
+
+def _write(out: Path, prov: dict[str, Any], pairs: list[tuple[str, ...]], rows: list[dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "decode_hm_h200.json").write_text(json.dumps({"provenance": prov, "pairs": ["+".join(p) for p in pairs], "rows": rows},
                                                         indent=1))
@@ -135,8 +148,6 @@ def main() -> int:
               for r in rows]
     lines += _prefetch_ratios(rows)
     (out / "decode_hm_h200.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'decode_hm_h200.md'}")
-    return 0 if all(r["us"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -122,10 +122,12 @@ for phase in "$@"; do
     ;;
   prefetch)  # the warp-specialised builds with and without PREFETCH=1 (L2 prefetch a tile further ahead) and the
     # QK / PV split, both of issue 28's pairs at H = 16 (the #26 seed shape), 64, 128, T = 8 and 64 (HEADS, TS
-    # override); decode_hm_h200.md ends with each PREFETCH row's ratio to its build's
+    # override; PAIRS too); decode_hm_h200.md ends with each PREFETCH row's ratio to its build's. The QK / PV
+    # split, never run on a GPU before, goes last (a hang loses only its rows: each row is written as it comes)
     hargs=(); for h in ${HEADS:-16 64 128}; do hargs+=(--heads "$h"); done
+    for p in ${PAIRS:-nvfp4_288+fp8_528 fp8_584+fp8_584}; do hargs+=(--pair "$p"); done
     timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts "${TS:-8,64}" \
-      --pair nvfp4_288+fp8_528 --pair fp8_584+fp8_584 --only "warp-specialised, splits auto" \
+      --only "warp-specialised, splits auto" \
       --only "QK/PV split, splits auto" --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
     ;;
