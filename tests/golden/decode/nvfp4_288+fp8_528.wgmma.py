@@ -1318,13 +1318,18 @@ HMWS_PRODUCER_REGS = gl.constexpr(128)
 
 @gluon.jit
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
-                        kl: gl.constexpr, SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
+                        nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, kl: gl.constexpr, SHIFT: gl.constexpr,
+                        NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, NXT: gl.constexpr):
     # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
     # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
     # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
-    # at this producer's 128 registers, static sm_90), so its loads come from L2.
+    # at this producer's 128 registers, static sm_90), so its loads come from L2; with NXT the
+    # next list's first tile (_win, slots nxt_slot, which no trip of its own loop prefetches) too,
+    # once the first tile is handed over: prefetched before its loads, at the producer's start, its slots'
+    # trip to DRAM held back every load of the program (H200, 2026-12-05: prologue 1.0 -> 3.3 us,
+    # T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     L3: gl.constexpr = _comp_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
@@ -1348,19 +1353,28 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
         fence_async_shared()
         gl.thread_barrier()  # all of K written
         mbarrier.arrive(ready.index(u))
+        if PREFETCH:
+            if NXT:
+                if t == t0:  # here, where no record is held in registers
+                    _win_prefetch(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, NXT_SHIFT)
         slot = slot_n
         slot_n = slot_nn
 
 
 @gluon.jit
 def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
-                        kl: gl.constexpr, SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
+                        nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, kl: gl.constexpr, SHIFT: gl.constexpr,
+                        NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, NXT: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
     # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
     # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
-    # at this producer's 128 registers, static sm_90), so its loads come from L2.
+    # at this producer's 128 registers, static sm_90), so its loads come from L2; with NXT the
+    # next list's first tile (_win, slots nxt_slot, which no trip of its own loop prefetches) too,
+    # once the first tile is handed over: prefetched before its loads, at the producer's start, its slots'
+    # trip to DRAM held back every load of the program (H200, 2026-12-05: prologue 1.0 -> 3.3 us,
+    # T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     L3: gl.constexpr = _win_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
@@ -1384,6 +1398,10 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
         fence_async_shared()
         gl.thread_barrier()  # all of K written
         mbarrier.arrive(ready.index(u))
+        if PREFETCH:
+            if NXT:
+                if t == t0:  # here, where no record is held in registers
+                    _win_prefetch(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, NXT_SHIFT)
         slot = slot_n
         slot_n = slot_nn
 
@@ -1393,14 +1411,17 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT: gl.constexpr,
                    WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    # The window list's first tile: its slots loaded now, its records prefetched after the
+    # compressed list's first tile's loads (past the list, or none: -1s, masked off).
     if PREFETCH:
-        if w0 < w1:  # the window list's first tile, read after the compressed list's
-            _win_prefetch(win_ptr, _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl),
-                           win_page_size, win_page_bytes, WIN_SHIFT)
+        w_first = _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl)
+    else:
+        w_first = gl.full([BLOCK_N], -1, gl.int32, kl)
     _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
-                       kl, COMP_SHIFT, PREFETCH)
+                       win_ptr, w_first, win_page_size, win_page_bytes, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH, True)
     _hmws_produce_win(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
-                       kv_smem, ready, empty, kl, WIN_SHIFT, PREFETCH)
+                       kv_smem, ready, empty, win_ptr, w_first, win_page_size, win_page_bytes, kl, WIN_SHIFT,
+                       WIN_SHIFT, PREFETCH, False)
 
 
 @gluon.jit
