@@ -40,6 +40,7 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     assert (got["producer data wait"], got["producer empty wait"], got["producer conversion"]) == (1.0, 0.5, 0.25)
     assert (got["consumer ready wait"], got["consumer compute"], got["tile period"]) == (0.1, 1.5, 2.0)
     assert got["program"] == 7.4 and "pv tile" not in got  # 14800 cycles; no PV warpgroup in this build
+    assert got["first tile"] == 3.4 and got["tile period p90"] == 2.0  # start to cycle 6800: 3.4 us
     # The QK / PV split's PV warpgroup; a tile past TRACE_TILES is not read.
     pv = _program(1.0, [{PV_READY: 100 * i, PV_DONE: 100 * i + 40} for i in range(1, 4)])
     assert summarise([pv], [TRACE_TILES + 5])["pv tile"] == 0.04
