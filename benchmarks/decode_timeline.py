@@ -19,6 +19,7 @@ the least recently used of input sets larger than the L2 together.
 
     python benchmarks/decode_timeline.py                  # on the H200: the default shapes, both pairs
     python benchmarks/decode_timeline.py --build wgmma_ws --heads 16 --t 64
+    python benchmarks/decode_timeline.py --build wgmma_hmpv --heads 128 --t 64 --resident   # and from L2
     python benchmarks/decode_timeline.py --static         # CPU: each traced build compiled for sm_90
 """
 
@@ -121,8 +122,9 @@ def _pool_once(fmt: str, n_slots: int, seed: int) -> Any:
     return _pool(fmt, n_slots, "cuda", seed=seed)
 
 
-def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) -> dict[str, Any]:
-    """One traced launch of `build` (NUM_SPLITS automatic) on records from DRAM; its summary."""
+def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, resident: bool = False) -> dict[str, Any]:
+    """One traced launch of `build` (NUM_SPLITS automatic) on records from DRAM (`resident`: from L2,
+    the set just launched launched again); its summary."""
     import torch
 
     import tuner.kernels.decode.launch as launch
@@ -135,7 +137,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
     pools = {pair[0] + ":comp": _pool_once(pair[0], shape.comp_pool, 1),
              pair[1] + ":win": _pool_once(pair[1], shape.win_pool, 11)}
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
-    n_sets = max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
+    n_sets = 1 if resident else max(2, math.ceil(2 * l2 / decode_bytes(*pair, t, heads, shape.topk, shape.window)))
     sets = _sets(pools, pair, shape, t, n_sets, "cuda", seed=100 + t)
     groups = -(-heads // launch.wgmma_program_heads(cfg, heads, *pair))
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
@@ -148,7 +150,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
                           PAGE, s["sm_scale"], s["attn_sink"], cfg, out=s["out"], workspace=s["workspace"])
 
         bad = verify_decode(pair[0], pair[1], sets[-1], call(sets[-1]))  # compiles; checks the probes change nothing
-        for s in sets[1:]:  # set 0 becomes the least recently used
+        for s in sets[1:]:  # set 0 becomes the least recently used (resident: the one set, just read)
             call(s)
         buf.zero_()
         call(sets[0])
@@ -159,7 +161,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int) ->
     trace = buf.view(-1, TRACE_TILES, TRACE_EVENTS).tolist()
     # Program p = (token * parts + split) * groups + group walks tiles [split * per, ...) of n_tiles.
     walked = [max(0, min(per, n_tiles - ((p // groups) % parts) * per)) for p in range(len(trace))]
-    return {"pair": "+".join(pair), "build": build, "PREFETCH": prefetch, "H": heads, "T": t, "splits": parts,
+    return {"pair": "+".join(pair), "build": build, "PREFETCH": prefetch, "H": heads, "T": t,
+            "records": "L2" if resident else "DRAM", "splits": parts,
             "tiles a program": per, "error": bad, **summarise(trace, walked)}
 
 
@@ -205,6 +208,8 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=None, help="default: DEFAULT_RUNS' (16, or 128 for heads on M)")
     ap.add_argument("--t", type=int, default=None, help="default: DEFAULT_RUNS' (1 and 64)")
     ap.add_argument("--pair", action="append", default=None, help="comp+win (default: both of issue 28's pairs)")
+    ap.add_argument("--resident", action="store_true",
+                    help="records from L2 (one input set, launched twice) beside the DRAM runs: is it their trip?")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     if args.static:
@@ -225,9 +230,10 @@ def main() -> int:
     for pair in pairs:
         for build, heads, t in runs:
             for prefetch in ((0, 1) if build in WGMMA_PREFETCH_MMAS else (0,)):
-                row = run(pair, build, heads, t, prefetch)  # type: ignore[arg-type]
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for resident in ((False, True) if args.resident else (False,)):
+                    row = run(pair, build, heads, t, prefetch, resident)  # type: ignore[arg-type]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     prov = provenance()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,16 +244,16 @@ def main() -> int:
             "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "clock GHz"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
-             "top-k 512, window 128, page 64; records from DRAM; one traced launch a row "
+             "top-k 512, window 128, page 64; records from DRAM unless a row says L2; one traced launch a row "
              "(`benchmarks/decode_timeline.py`: the trace build's cycle stamps). The heads-on-M warp-specialised "
              "producers load records into registers: their 'data wait' is the loads' issue, and their landing too "
              "where ptxas puts a use of the loaded bytes before the stamp (hmws / hmpv on sm_90: the scale bytes' "
              "mask); else the landing falls in their conversion. 'first tile': program start to its first tile "
              "attended; 'program': start to the key loop's end.", "",
-             "| pair | build | PREFETCH | H | T | splits | " + " | ".join(cols) + " |",
-             "|---" * (6 + len(cols)) + "|"]
+             "| pair | build | PREFETCH | H | T | records | splits | " + " | ".join(cols) + " |",
+             "|---" * (7 + len(cols)) + "|"]
     for r in rows:
-        lines.append(f"| {r['pair']} | {r['build']} | {r['PREFETCH']} | {r['H']} | {r['T']} | {r['splits']} | "
+        lines.append(f"| {r['pair']} | {r['build']} | {r['PREFETCH']} | {r['H']} | {r['T']} | {r['records']} | {r['splits']} | "
                      + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return 0 if all(r["error"] is None for r in rows) else 1
