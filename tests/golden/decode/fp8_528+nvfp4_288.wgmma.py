@@ -1326,10 +1326,10 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
     # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
     # at this producer's 128 registers, static sm_90), so its loads come from L2; with NXT the
-    # next list's first tile (_win, slots nxt_slot, which no trip of its own loop prefetches) too,
-    # once the first tile is handed over: prefetched before its loads, at the producer's start, its slots'
-    # trip to DRAM held back every load of the program (H200, 2026-12-05: prologue 1.0 -> 3.3 us,
-    # T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
+    # next list's first tile too (_win, slots nxt_slot: no trip of its own loop prefetches it),
+    # once this list's first tile is handed over. Prefetched at the producer's start instead,
+    # before any load, the trip of its slots held back every load of the program (H200,
+    # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     L3: gl.constexpr = _comp_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
@@ -1371,10 +1371,10 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
     # loads are out (no registers held: holding them in registers a tile early spilled 0.4-1.1 KB
     # at this producer's 128 registers, static sm_90), so its loads come from L2; with NXT the
-    # next list's first tile (_win, slots nxt_slot, which no trip of its own loop prefetches) too,
-    # once the first tile is handed over: prefetched before its loads, at the producer's start, its slots'
-    # trip to DRAM held back every load of the program (H200, 2026-12-05: prologue 1.0 -> 3.3 us,
-    # T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
+    # next list's first tile too (_win, slots nxt_slot: no trip of its own loop prefetches it),
+    # once this list's first tile is handed over. Prefetched at the producer's start instead,
+    # before any load, the trip of its slots held back every load of the program (H200,
+    # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     L3: gl.constexpr = _win_l3(gl.num_warps())
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
@@ -1411,8 +1411,8 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT: gl.constexpr,
                    WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    # The window list's first tile: its slots loaded now, its records prefetched after the
-    # compressed list's first tile's loads (past the list, or none: -1s, masked off).
+    # The window list's first tile: its slots loaded now (none in this program's share: -1s,
+    # masked off), its records prefetched once the compressed list's first tile is handed over.
     if PREFETCH:
         w_first = _slots(widx_row, gl.minimum(window, w1 * BLOCK_N), w0 * BLOCK_N, kl)
     else:
