@@ -459,20 +459,20 @@ class DecodeSpec(FamilySpec):
         return wgmma_config(config) if is_wgmma(config) else config
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
-        """The wgmma path where it runs (sm_90, records it reads): a search measures it second
-        (and, above 16 heads, its two-warpgroup build third; above 32 the heads-on-M build and its
-        warp-specialised one next; where its buffers fit, the warp-specialised build last), since
-        a few TPE trials may not draw it (8 trials of a T=1 tune did not:
-        benchmarks/results/tune_decode_wgmma_h200.log)."""
+        """The wgmma path where it runs (sm_90, records it reads): a search measures it second (and,
+        above 16 heads, its two-warpgroup build third; above 32 the heads-on-M build, its warp-specialised
+        one and the QK / PV split with PREFETCH=1 next; where its buffers fit, the warp-specialised build
+        last), since a few TPE trials may not draw it (8 of a T=1 tune did not: tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))
         # More heads than one warpgroup's 16: two warpgroups of 32 heads as well.
         seeds = [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
-        # More than a two-warpgroup program's 32: 64 heads a program on M, and its warp-specialised build.
+        # More than a two-warpgroup program's 32: 64 heads a program on M, its warp-specialised build
+        # and its QK / PV split, with PREFETCH=1 (3-7% faster at T = 64: decode_hm_prefetch2_h200.md).
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
-            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hm")))
-            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmws")))
+            seeds += [wgmma_config(seed.replace(MMA=m)) for m in ("wgmma_hm", "wgmma_hmws")]
+            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmpv", PREFETCH=1)))
         # The warp-specialised build, last (it wins on programs of several tiles, and loses at
         # one: the search sees both).
         if wgmma_ws_reads(*key.formats):
