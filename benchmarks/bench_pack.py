@@ -21,7 +21,7 @@ from catalog.core import Config  # noqa: E402
 from tuner.formats import FORMATS, alloc_cache, quantize, read_slots  # noqa: E402
 from catalog.families.pack import backend_legality  # noqa: E402
 from catalog.families.pack import default_config, pack_bytes, space  # noqa: E402
-from tuner.kernels.pack import pack  # noqa: E402
+from tuner.kernels.pack import allocator_slots, pack  # noqa: E402
 from tuner.targets import detect  # noqa: E402
 
 
@@ -32,11 +32,7 @@ def _inputs(fmt: str, n: int, page: int, seed: int) -> tuple[torch.Tensor, torch
     mag = torch.exp(torch.randn(n, 1, device="cuda", generator=g) * 3)
     x = (torch.randn(n, f.dims, device="cuda", generator=g) * mag).to(torch.bfloat16)
     pages = -(-n // page)
-    # A paged allocator's slots: whole pages in a shuffled order, tokens contiguous inside a page.
-    perm = torch.randperm(pages, device="cuda", generator=g)
-    i = torch.arange(n, device="cuda")
-    slots = perm[i // page] * page + i % page
-    return x, slots, alloc_cache(f, pages, page, device="cuda", fill=0)
+    return x, allocator_slots(n, page, g, "cuda"), alloc_cache(f, pages, page, device="cuda", fill=0)
 
 
 def check_exact(fmt: str, n: int, page: int, target: str) -> dict[str, str]:

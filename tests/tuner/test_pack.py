@@ -344,6 +344,25 @@ def test_bench_verification_samples_large_packs_and_still_catches_wrong_records(
         assert "1 of 65536 records checked differ" in (FAMILY.verify(key, inp, bad) or "")
 
 
+def test_pack_inputs_take_a_paged_allocators_slots() -> None:
+    # The tuner's and bench_pack's slots: whole pages in a shuffled order (every page once), the
+    # tokens contiguous inside each page, a partial last page's tokens at the start of theirs.
+    from catalog.core import Bucket
+    from catalog.families.pack import PACK_PAGE_SIZE, pack_key
+    from tuner.kernels.pack import FAMILY, allocator_slots
+
+    n, page = 5 * 64 + 9, 64
+    slots = allocator_slots(n, page, torch.Generator().manual_seed(3), "cpu")
+    assert slots.dtype == torch.int64 and slots.shape == (n,) and len(set(slots.tolist())) == n
+    pages, offs = slots // page, slots % page
+    assert torch.equal(offs, torch.arange(n) % page)
+    assert sorted(pages[::page].tolist()) == list(range(6)) and bool((pages == pages[(torch.arange(n) // page) * page]).all())
+    assert pages[::page].tolist() != list(range(6))  # shuffled (seed 3)
+    inp = FAMILY.make_inputs(pack_key("fp8_528", "interp"), Bucket("N", n, n), "cpu", seed=5)
+    assert torch.equal(inp["slots"] % PACK_PAGE_SIZE, torch.arange(n) % PACK_PAGE_SIZE)
+    assert inp["cache"].shape[0] * PACK_PAGE_SIZE >= int(inp["slots"].max()) + 1
+
+
 # ---------------------------------------------------------------------------------------------
 # The MXFP4 query quantiser (formats ("mxfp4_68", "query")): dense records, no cache
 # ---------------------------------------------------------------------------------------------
