@@ -12,6 +12,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
     python benchmarks/static_profile.py decode --fmt nvfp4_288,fp8_528 --cfg "MMA=wgmma" --loop   # the Gluon kernel
     python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hm"   # its 64-head build
     python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmws,PREFETCH=1"
+    python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmpv" --loops  # each partition's tile loop
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
-from benchmarks.common import main_loop, parse_cfg, sass_ops  # noqa: E402
+from benchmarks.common import SassOp, main_loop, parse_cfg, sass_ops  # noqa: E402
 from tuner.compile import _request, compile_with_stats  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
 
@@ -91,7 +92,30 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
                 break
     loop = main_loop(sass)
     top = collections.Counter(o.mnemonic for o in loop).most_common(LOOP_TOP)
-    return {**stats, "sass": len(sass), "loop": len(loop), "ops": dict(ops), "loop_top": top}
+    return {**stats, "sass": len(sass), "loop": len(loop), "ops": dict(ops), "loop_top": top, "loops": loops(sass)}
+
+
+LOOP_MIN = 200  # instructions: smaller loops (a wait's spin, a short epilogue loop) are not listed
+
+
+def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
+    """Every innermost loop of at least min_len instructions (a backward branch's span holding no
+    other such span): its address range, role and instruction classes. In a warp-specialised
+    kernel each partition's tile loop is one of them, so the producer's per-tile cost (role
+    'producer': global loads, no MMA) and where the spills land can be read off without a GPU."""
+    spans = sorted({(o.target, o.addr) for o in sass if o.target is not None and o.target < o.addr
+                    and sum(1 for p in sass if o.target <= p.addr <= o.addr) >= min_len})
+    inner = [(lo, hi) for lo, hi in spans
+             if not any((a, b) != (lo, hi) and lo <= a and b <= hi for a, b in spans)]
+    out = []
+    for lo, hi in inner:
+        body = [o for o in sass if lo <= o.addr <= hi]
+        ops: collections.Counter = collections.Counter()
+        for o in body:
+            ops[next((cls for prefix, cls in _BY_LENGTH if o.opcode.startswith(prefix)), "other")] += 1
+        role = "mma" if ops["wgmma"] or ops["mma.sync"] else "producer" if ops["ld.global"] or ops["cp.async"] else "other"
+        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "ops": dict(ops)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cfg", action="append", default=None, help="NAME=v,... over the default (repeatable)")
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--loop", action="store_true", help="also list the main loop's most frequent instructions")
+    ap.add_argument("--loops", action="store_true",
+                    help=f"also tabulate every innermost loop of {LOOP_MIN}+ instructions (per-tile cost of each partition)")
     args = ap.parse_args(argv)
     # sass: the whole kernel; loop: its outermost loop's body (per tile; see common.main_loop).
     cols = ["registers", "spills", "shared_bytes", "sass", "loop"] + sorted(set(CLASSES.values()))
     print("| config | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
-    loops: list[str] = []
+    tops: list[str] = []
+    inner: list[tuple[str, dict[str, Any]]] = []
     for text in args.cfg or [""]:
         for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text):
             try:
@@ -118,9 +145,19 @@ def main(argv: list[str] | None = None) -> int:
             row = [p.get(c, p["ops"].get(c, 0)) for c in cols]
             print(f"| {name or 'default'} | " + " | ".join(str(v) for v in row) + " |", flush=True)
             if args.loop:
-                loops.append(f"- {name or 'default'}: " + ", ".join(f"{m} {n}" for m, n in p["loop_top"]))
-    if loops:
-        print("\nMain loop, most frequent instructions:\n\n" + "\n".join(loops))
+                tops.append(f"- {name or 'default'}: " + ", ".join(f"{m} {n}" for m, n in p["loop_top"]))
+            if args.loops:
+                inner.extend((name or "default", lp) for lp in p["loops"])
+    if tops:
+        print("\nMain loop, most frequent instructions:\n\n" + "\n".join(tops))
+    if inner:
+        classes = sorted({c for _, lp in inner for c in lp["ops"]})
+        print("\nInnermost loops (a trip each: a tile of a partition's loop):\n")
+        print("| config | loop | role | instructions | " + " | ".join(classes) + " |")
+        print("|---|---|---|---|" + "---|" * len(classes))
+        for name, lp in inner:
+            print(f"| {name} | {lp['range']} | {lp['role']} | {lp['instructions']} | "
+                  + " | ".join(str(lp["ops"].get(c, 0)) for c in classes) + " |")
     return 0
 
 

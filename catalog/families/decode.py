@@ -69,17 +69,17 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # (benchmarks/results/decode_hmws_h200.md). Seeded after "wgmma_hm".
 WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 
-# Its successor in the making (MMA=wgmma_hmpv, decode_wgmma_hmpv_kernel), FlashMLA's split of the
-# consumer: one warpgroup computes S[64 heads, 64 keys] alone, the softmax and O's dims 0-255,
-# a second O's dims 256-511 from the P it leaves in shared memory; the same producer warpgroup.
-# Less operand traffic in shared memory a tile than "wgmma_hm"'s symmetric warpgroups (S at N = 64,
-# not two halves of 32; O at N = 128, not 64). Compiled for sm_90 on the CPU (2026-12-04), its GPU
-# test (test_wgmma_heads_on_m_matches_reference_on_sm90) not yet run: in the space, not seeded.
+# Its successor (MMA=wgmma_hmpv, decode_wgmma_hmpv_kernel), FlashMLA's split of the consumer: one
+# warpgroup computes S[64 heads, 64 keys] alone, the softmax and O's dims 0-255, a second O's dims
+# 256-511 from the P it leaves in shared memory; the same producer warpgroup. Less operand traffic
+# in shared memory a tile than "wgmma_hm"'s symmetric warpgroups (S at N = 64, not two halves of
+# 32; O at N = 128, not 64). GPU tests pass (H200, 2026-12-05); seeded past 32 heads, PREFETCH=1.
 WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
 
 # The warp-specialised builds take PREFETCH (0 elsewhere on the wgmma path): 1 prefetches records
 # into L2 a tile further ahead than the producer loads them (benchmarks/README.md, "L2 prefetch").
-# Compiled for sm_90 on the CPU (2026-12-05), not yet timed on a GPU: searched, not seeded.
+# On the H200 (2026-12-05) 3-7% faster at T = 64, 0-1 us slower at T <= 8: searched (the QK / PV
+# split's seed takes it).
 WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
 
 # The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),

@@ -712,10 +712,13 @@ def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared:
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
-    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", cfg_text],
+    out = subprocess.run([sys.executable, str(script), "decode", "--fmt", ",".join(pair), "--cfg", cfg_text, "--loops"],
                          env=env, capture_output=True, text=True, check=True).stdout
-    rows = [r.split("|")[1:-1] for r in out.splitlines() if r.startswith("| ")]
+    summary, _, loop_table = out.partition("Innermost loops")
+    rows = [r.split("|")[1:-1] for r in summary.splitlines() if r.startswith("| ")]
     got = dict(zip([c.strip() for c in rows[0]], [v.strip() for v in rows[-1]]))
+    lrows = [[v.strip() for v in r.split("|")[1:-1]] for r in loop_table.splitlines() if r.startswith("| ")]
+    got["loops"] = [dict(zip(lrows[0], r)) for r in lrows[1:]]  # type: ignore[assignment]
     assert got["config"] == cfg_text, out
     assert int(got["spills"]) <= max_spills and int(got["registers"]) <= 255, out
     assert predicted_shared <= int(got["shared_bytes"]) <= predicted_shared + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX, \
@@ -798,6 +801,13 @@ def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
 
     got = _sm90_static_profile(pair, "MMA=wgmma_hmws", wgmma_hmws_shared_bytes(), cp_async=False)
     assert int(got["prefetch"]) == 0, got
+    # static_profile --loops: each partition's tile loop; the producer's (one a list) loads the
+    # records and stores K, with no MMA, the consumer's runs the MMAs; no spill in either.
+    roles = [lp["role"] for lp in got["loops"]]
+    producers = [lp for lp in got["loops"] if lp["role"] == "producer"]
+    assert "mma" in roles and len(producers) == 2, got["loops"]
+    assert all(int(lp["ld.global"]) >= 8 and int(lp["st.shared"]) >= 8 and int(lp["wgmma"]) == 0
+               and int(lp.get("local (spill)", 0)) == 0 for lp in producers), producers
 
 
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
@@ -805,13 +815,14 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     # The QK / PV split (decode_wgmma_hmpv_kernel: a QK warpgroup at 216 registers, a PV one at
     # 160, the producer at 128), compiled on the CPU for sm_90: P double-buffered beside the two K
     # tiles and the query, as `wgmma_hmpv_shared_bytes` predicts; the V4 pair with 16 bytes of
-    # spills, the V4.1 pair without (static, 2026-12-04). Not in a search's seeds until its GPU
-    # test (test_wgmma_heads_on_m_matches_reference_on_sm90) has passed.
+    # spills, the V4.1 pair without (static, 2026-12-04). Seeded past 32 heads with PREFETCH=1
+    # since its GPU tests (test_wgmma_heads_on_m_matches_reference_on_sm90) passed (2026-12-05).
     from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
 
     _sm90_static_profile(pair, "MMA=wgmma_hmpv", wgmma_hmpv_shared_bytes(),
                          max_spills=16 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
-    assert "wgmma_hmpv" not in [c["MMA"] for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90")]
+    assert [(c["MMA"], c["PREFETCH"]) for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90")
+            if c["MMA"] == "wgmma_hmpv"] == [("wgmma_hmpv", 1)]
     hmpv = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpv"))
     assert hmpv["num_warps"] == 4 and space(*pair, 128).infeasible(hmpv) is None
 
