@@ -11,6 +11,7 @@
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
+#   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -36,7 +37,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -136,6 +137,15 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
+    ;;
+  ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
+    # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV
+    # split with PREFETCH=1 at 128 heads T=64 (NCU_CASES overrides), then ncu_stalls.py's summary by class
+    timeout $(( $(left) - 20 )) env SOURCE_ONLY=1 CASES="${NCU_CASES:-64:0:128:wgmma_hmpv:4:1}" \
+      bash benchmarks/ncu_wgmma_profiles.sh >"$OUT/ncu_producer.log" 2>&1
+    for f in "$OUT"/ncu/*.sass.csv; do
+      [ -f "$f" ] && python3 benchmarks/ncu_stalls.py "$f" --md "${f%.sass.csv}.stalls.md" >>"$OUT/ncu_producer.log" 2>&1
+    done
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
     # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)
