@@ -12,6 +12,7 @@
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
+#   bash benchmarks/h200_session.sh ab-producer8     # that producer at 8 warps against 4, one call (A/B + GPU tests)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -37,7 +38,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-producer8|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -137,6 +138,25 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
+    ;;
+  ab-producer8)  # A/B in one call: the heads-on-M producer at 8 warps (2 a scheduler: twice the loads in flight; 72 / 64
+    # registers for hmws / hmpv, the same register file) against today's 4 at 128, on the device's copy of the tree
+    # (three constants; static sm_90 spills in _decode_wgmma_hmws.py.j2), timed by bench_decode_hm on both pairs at
+    # H = 64, 128 (HEADS) and T = 1, 8, 64, then the GPU tests of the 8-warp builds
+    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+    sed -i 's/^HMWS_PRODUCER_WARPS = gl.constexpr(4)$/HMWS_PRODUCER_WARPS = gl.constexpr(8)/;
+            s/^HMWS_PRODUCER_REGS = gl.constexpr(128)$/HMWS_PRODUCER_REGS = gl.constexpr(72)/;
+            s/^HMPV_PRODUCER_REGS = gl.constexpr(128)$/HMPV_PRODUCER_REGS = gl.constexpr(64)/' templates/_decode_wgmma_hmws.py.j2
+    [ "$(grep -cE '^HM(WS|PV)_PRODUCER_(WARPS|REGS) = gl.constexpr\((8|72|64)\)$' templates/_decode_wgmma_hmws.py.j2)" = 3 ] \
+      || { echo "ab-producer8: the constants moved; nothing run"; exit 1; }
+    hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
+    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 2 / 3 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
+      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
+      --only "heads on M warp-specialised, splits auto" --only "QK/PV split, splits auto" >"$OUT/ab_producer8.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
+      -k "heads_on_m_matches_reference and (hmws or hmpv)" -p no:cacheprovider -rA \
+      >"$OUT/results/pytest_decode_producer8_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_producer8_gpu_h200.log"
     ;;
   ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
     # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV

@@ -1118,6 +1118,12 @@ def decode_wgmma_ws_kernel(
 # softmax to one warpgroup, only the second half of PV to the other).
 HMWS_PRODUCER_WARPS = gl.constexpr(4)
 HMWS_PRODUCER_REGS = gl.constexpr(128)
+# The QK / PV split's producer: the same warps, its registers apart (beside the PV warpgroup's 160,
+# not the consumer's split of the rest). Static sm_90 with 8 producer warps (2026-12-05: twice the
+# warps a scheduler to wait on loads, the same register file): hmws at 72 registers no spills
+# (PREFETCH=1: V4 pair 40 bytes), hmpv at 64 24-128 bytes; not yet timed (h200_session.sh
+# ab-producer8).
+HMPV_PRODUCER_REGS = gl.constexpr(128)
 
 
 @gluon.jit
@@ -1516,7 +1522,7 @@ def decode_wgmma_hmpv_kernel(
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
                           WIN_SHIFT, PREFETCH)),
-    ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMWS_PRODUCER_REGS])
+    ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMPV_PRODUCER_REGS])
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
     if SPLIT:
         _launch_dependents()
