@@ -13,7 +13,7 @@
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   bash benchmarks/h200_session.sh ab-producer8     # that producer at 8 warps against 4, one call (A/B + GPU tests)
-#   bash benchmarks/h200_session.sh ab-e4m3sx        # the e4m3 conversion in 16 instructions against 20, the same way
+#   bash benchmarks/h200_session.sh ab-convert       # the e4m3 / e2m1 conversions in 16 / 17 instructions against 20 / 19
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -39,7 +39,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-producer8|ab-e4m3sx|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-producer8|ab-convert|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -160,23 +160,26 @@ for phase in "$@"; do
       >"$OUT/results/pytest_decode_producer8_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_producer8_gpu_h200.log"
     ;;
-  ab-e4m3sx)  # A/B in one call: the e4m3 conversion by sign-replicating byte permutes (_e4m3_scaled_bf16_sx: 16
-    # instructions for eight values against 20; the same bits, tests/tuner/test_decode_asm.py) swapped in on the
-    # device's copy of the tree, against today's; one warpgroup and the QK / PV split with PREFETCH=1, both pairs,
-    # H = 16, 128 (HEADS), T = 1, 64; then the GPU tests of every wgmma build that converts e4m3 records (the copy
-    # stays changed: a call of its own)
+  ab-convert)  # A/B in one call: the e4m3 and e2m1 conversions by sign-replicating byte permutes
+    # (_e4m3_scaled_bf16_sx: 16 instructions for eight values against 20; _e2m1_scaled_bf16_sx: 17 against 19; the
+    # same bits: tests/tuner/test_decode_asm.py; static sm_90 producer loops 5-12% shorter) swapped in on the device's
+    # copy of the tree, against today's; one warpgroup and the QK / PV split with PREFETCH=1, both pairs, H = 16, 128
+    # (HEADS), T = 1, 64; then the GPU tests of every wgmma build's record reading (the copy stays changed: a call of
+    # its own)
     tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-    sed -i 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/' \
+    sed -i 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/;
+            s/^    p0, p1 = _e2m1_scaled_bf16(b, sc\[:, :, None\].broadcast_to(b.shape))$/    p0, p1 = _e2m1_scaled_bf16_sx(b, sc[:, :, None].broadcast_to(b.shape))/' \
       templates/decode_wgmma.py.j2
-    grep -q "return _e4m3_scaled_bf16_sx(b" templates/decode_wgmma.py.j2 || { echo "ab-e4m3sx: the call moved; nothing run"; exit 1; }
+    [ "$(grep -cE '^    (return|p0, p1 =) _e(4m3|2m1)_scaled_bf16_sx\(b, ' templates/decode_wgmma.py.j2)" = 2 ] \
+      || { echo "ab-convert: the calls moved; nothing run"; exit 1; }
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
       "${hargs[@]}" --ts 1,64 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
-      --only "wgmma 1 warpgroup, splits auto" --only "QK/PV split, splits auto, L2 prefetch" >"$OUT/ab_e4m3sx.log" 2>&1
+      --only "wgmma 1 warpgroup, splits auto" --only "QK/PV split, splits auto, L2 prefetch" >"$OUT/ab_convert.log" 2>&1
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "test_wgmma_matches_reference_on_sm90 or every_head_count_on_sm90 or (ws_matches_reference and not prefetch and not hm) or (heads_on_m_matches_reference and hmpv+prefetch)" \
-      >"$OUT/results/pytest_decode_e4m3sx_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_e4m3sx_gpu_h200.log"
+      >"$OUT/results/pytest_decode_convert_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_convert_gpu_h200.log"
     ;;
   ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
     # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV

@@ -16,7 +16,7 @@ MASK32 = np.uint64(0xFFFFFFFF)
 
 
 def _asm_of(function: str) -> list[str]:
-    source = render_wgmma("fp8_584", "fp8_584").source
+    source = render_wgmma("nvfp4_288", "fp8_528").source  # both conversions
     m = re.search(rf"def {function}\(b, s\):.*?asm=\"\"\"\{{(.*?)\}}\"\"\"", source, re.S)
     assert m, function
     return [ln.strip().rstrip(";") for ln in m.group(1).strip().splitlines() if ln.strip() and not ln.strip().startswith(".reg")]
@@ -68,7 +68,8 @@ def _run(lines: list[str], w0: np.ndarray, w1: np.ndarray) -> dict[int, np.ndarr
         elif op == "lop3.b32":
             regs[args[0]] = _lop3(val(args[1]), val(args[2]), val(args[3]), int(args[4], 0))
         elif op == "fma.rn.bf16x2":
-            assert args[2:] == ["$6", "z"] and int(regs["z"][0]) == 0x80008000, ln  # scale, then -0.0 added
+            # the scale ($6 after e4m3's two words, $5 after e2m1's one), then -0.0 added
+            assert args[2:] in (["$6", "z"], ["$5", "z"]) and int(regs["z"][0]) == 0x80008000, ln
             fma_in[int(args[0][1:])] = val(args[1]).copy()
         else:
             raise AssertionError(f"instruction the interpreter does not know: {ln}")
@@ -117,3 +118,38 @@ def test_e4m3_sign_replicating_permute_gives_the_same_bits(k: int) -> None:
     old, new = _run(_asm_of("_e4m3_scaled_bf16"), w0, w1), _run(_asm_of("_e4m3_scaled_bf16_sx"), w0, w1)
     np.testing.assert_array_equal(new[k], old[k])
     assert len(_asm_of("_e4m3_scaled_bf16_sx")) == 17 and len(_asm_of("_e4m3_scaled_bf16")) == 21
+
+
+def _nibble_pairs() -> tuple[np.ndarray, list[int]]:
+    # A word of e2m1 codes e0..e7 (e_i in nibble i): every (e_i, e_i+4) pair for each of the four
+    # pairs, the other nibbles random.
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, 16, size=(4 * 256, 8), dtype=np.uint64)
+    grid = np.arange(256, dtype=np.uint64)
+    for k in range(4):
+        codes[k * 256:(k + 1) * 256, k] = grid & np.uint64(0xF)
+        codes[k * 256:(k + 1) * 256, k + 4] = grid >> np.uint64(4)
+    return sum(codes[:, i] << np.uint64(4 * i) for i in range(8)), codes
+
+
+def test_e2m1_asm_places_each_code_times_two_to_the_minus_126() -> None:
+    # The shipped e2m1 conversion: output k is the bf16 pair (e_k, e_k+4), each spelling the code's
+    # value times 2**-126 (magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; the sign bit kept, -0 included).
+    w, codes = _nibble_pairs()
+    out = _run(_asm_of("_e2m1_scaled_bf16"), w, w)
+    values = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    for k in range(4):
+        for half, e in ((0, k), (1, k + 4)):
+            bits = ((out[k] >> np.uint64(16 * half)) & np.uint64(0xFFFF)).astype(np.uint16)
+            got = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16).float()
+            c = torch.from_numpy(codes[:, e].astype(np.int64))
+            want = torch.where(c >= 8, -1.0, 1.0) * values[c & 7] * 2.0 ** -126
+            assert torch.equal(got, want) and torch.equal(torch.signbit(got), c >= 8), (k, half)
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_e2m1_sign_replicating_permute_gives_the_same_bits(k: int) -> None:
+    w, _ = _nibble_pairs()
+    old, new = _run(_asm_of("_e2m1_scaled_bf16"), w, w), _run(_asm_of("_e2m1_scaled_bf16_sx"), w, w)
+    np.testing.assert_array_equal(new[k], old[k])
+    assert len(_asm_of("_e2m1_scaled_bf16_sx")) == 18 and len(_asm_of("_e2m1_scaled_bf16")) == 20

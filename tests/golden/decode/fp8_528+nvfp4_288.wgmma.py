@@ -77,6 +77,44 @@ def _e2m1_scaled_bf16(b, s):
 
 
 @gluon.jit
+def _e2m1_scaled_bf16_sx(b, s):
+    # _e2m1_scaled_bf16 in 17 instructions for eight values instead of 19: each pair's nibbles are
+    # the high nibbles of two bytes (e1 and e5 of b, e3 and e7; e0 and e4, e2 and e6 of b shifted
+    # by 4), so one byte permute puts each in the low byte of a half with its sign (the byte's msb)
+    # replicated over the high byte, then one shift by 2 and one mask leave magnitude at bits 6-8
+    # and sign at 15: the same bits (tests/tuner/test_decode_asm.py). Not called yet: swapped in by
+    # h200_session.sh ab-convert on the device's copy of the tree, as _e4m3_scaled_bf16_sx is.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 w, x, z;
+        mov.b32 z, 0x80008000;
+        shl.b32 w, $4, 4;
+        prmt.b32 x, w, w, 0xA280;
+        shl.b32 x, x, 2;
+        and.b32 x, x, 0x81C081C0;
+        fma.rn.bf16x2 $0, x, $5, z;
+        prmt.b32 x, $4, $4, 0xA280;
+        shl.b32 x, x, 2;
+        and.b32 x, x, 0x81C081C0;
+        fma.rn.bf16x2 $1, x, $5, z;
+        prmt.b32 x, w, w, 0xB391;
+        shl.b32 x, x, 2;
+        and.b32 x, x, 0x81C081C0;
+        fma.rn.bf16x2 $2, x, $5, z;
+        prmt.b32 x, $4, $4, 0xB391;
+        shl.b32 x, x, 2;
+        and.b32 x, x, 0x81C081C0;
+        fma.rn.bf16x2 $3, x, $5, z;
+        }""",
+        constraints="=r,=r,=r,=r,r,r,r",
+        args=[b, s],
+        dtype=(gl.bfloat16, gl.bfloat16),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
 def _e4m3_scaled_bf16(b, s):
     # Eight e4m3 bytes ($4, $5: e0..e7) -> eight bf16 times their scale ($6: a bf16 pair, the same
     # for the eight; $7-$13 repeat it), with no float conversion: an e4m3 code's seven magnitude
@@ -129,7 +167,7 @@ def _e4m3_scaled_bf16_sx(b, s):
     # sign bit that prmt's selector bit 3 replicates in the high byte, so one shift by 4 and one
     # mask leave its magnitude at bits 4-10 and its sign at 15 (the same bits as _e4m3_scaled_bf16's:
     # test_e4m3_sign_replicating_permute_gives_the_same_bits). Not called yet: h200_session.sh
-    # ab-e4m3sx swaps it in on the device's copy of the tree, times both and runs the GPU tests.
+    # ab-convert swaps it in on the device's copy of the tree, times both and runs the GPU tests.
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 x, z;

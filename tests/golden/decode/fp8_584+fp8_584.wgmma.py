@@ -90,7 +90,7 @@ def _e4m3_scaled_bf16_sx(b, s):
     # sign bit that prmt's selector bit 3 replicates in the high byte, so one shift by 4 and one
     # mask leave its magnitude at bits 4-10 and its sign at 15 (the same bits as _e4m3_scaled_bf16's:
     # test_e4m3_sign_replicating_permute_gives_the_same_bits). Not called yet: h200_session.sh
-    # ab-e4m3sx swaps it in on the device's copy of the tree, times both and runs the GPU tests.
+    # ab-convert swaps it in on the device's copy of the tree, times both and runs the GPU tests.
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 x, z;
