@@ -26,7 +26,8 @@ def main() -> None:
     warps = int(argv[5]) if len(argv) > 5 else dec.WGMMA_WARPS
     prefetch = int(argv[6]) if len(argv) > 6 else 0
     inputs = dec.make_decode_inputs(pair[0], pair[1], t, heads, 512, 128, "cuda", seed=t)
-    cfg = dec.wgmma_config(dec.default_config(*pair).replace(MMA=mma, num_warps=warps, PREFETCH=prefetch)).replace(NUM_SPLITS=splits)
+    cfg = dec.wgmma_config(dec.default_config(*pair).replace(MMA=mma, num_warps=warps, PREFETCH=prefetch))
+    cfg = cfg.replace(NUM_SPLITS=splits)
     for _ in range(3):
         dec.run_decode(pair[0], pair[1], cfg, inputs)
     torch.cuda.synchronize()
