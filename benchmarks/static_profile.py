@@ -113,7 +113,8 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
         ops: collections.Counter = collections.Counter()
         for o in body:
             ops[next((cls for prefix, cls in _BY_LENGTH if o.opcode.startswith(prefix)), "other")] += 1
-        role = "mma" if ops["wgmma"] or ops["mma.sync"] else "producer" if ops["ld.global"] or ops["cp.async"] else "other"
+        role = ("mma" if ops["wgmma"] or ops["mma.sync"]
+                else "producer" if ops["ld.global"] or ops["cp.async"] else "other")
         out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "ops": dict(ops)})
     return out
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--loop", action="store_true", help="also list the main loop's most frequent instructions")
     ap.add_argument("--loops", action="store_true",
-                    help=f"also tabulate every innermost loop of {LOOP_MIN}+ instructions (per-tile cost of each partition)")
+                    help=f"also tabulate every innermost loop of {LOOP_MIN}+ instructions (each partition's per-tile cost)")
     args = ap.parse_args(argv)
     # sass: the whole kernel; loop: its outermost loop's body (per tile; see common.main_loop).
     cols = ["registers", "spills", "shared_bytes", "sass", "loop"] + sorted(set(CLASSES.values()))

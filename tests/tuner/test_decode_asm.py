@@ -19,7 +19,8 @@ def _asm_of(function: str) -> list[str]:
     source = render_wgmma("nvfp4_288", "fp8_528").source  # both conversions
     m = re.search(rf"def {function}\(b, s\):.*?asm=\"\"\"\{{(.*?)\}}\"\"\"", source, re.S)
     assert m, function
-    return [ln.strip().rstrip(";") for ln in m.group(1).strip().splitlines() if ln.strip() and not ln.strip().startswith(".reg")]
+    lines = [ln.strip().rstrip(";") for ln in m.group(1).strip().splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith(".reg")]
 
 
 def _prmt(a: np.ndarray, b: np.ndarray, sel: int) -> np.ndarray:
