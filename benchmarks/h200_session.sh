@@ -38,6 +38,14 @@ XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_N:-6}")
 budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
+# ab_copy FILE SED COUNT_RE COUNT: this tree archived as ab.sh's base, then FILE edited by SED on the device's copy
+# (it stays edited: an A/B phase takes a call of its own); stops the call when the edit does not land (COUNT lines
+# matching COUNT_RE afterwards).
+ab_copy() {
+  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+  sed -i "$2" "$1"
+  [ "$(grep -cE "$3" "$1")" = "$4" ] || { echo "$phase: the edit of $1 did not land; nothing run"; exit 1; }
+}
 
 PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-producer8|ab-convert|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
@@ -145,12 +153,10 @@ for phase in "$@"; do
     # (three constants; static sm_90 spills in _decode_wgmma_hmws.py.j2), timed by bench_decode_hm on both pairs at
     # H = 64, 128 (HEADS) and T = 1, 8, 64, then the GPU tests of the 8-warp builds (the copy stays changed: a call of
     # its own)
-    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-    sed -i 's/^HMWS_PRODUCER_WARPS = gl.constexpr(4)$/HMWS_PRODUCER_WARPS = gl.constexpr(8)/;
+    ab_copy templates/_decode_wgmma_hmws.py.j2 's/^HMWS_PRODUCER_WARPS = gl.constexpr(4)$/HMWS_PRODUCER_WARPS = gl.constexpr(8)/;
             s/^HMWS_PRODUCER_REGS = gl.constexpr(128)$/HMWS_PRODUCER_REGS = gl.constexpr(72)/;
-            s/^HMPV_PRODUCER_REGS = gl.constexpr(128)$/HMPV_PRODUCER_REGS = gl.constexpr(64)/' templates/_decode_wgmma_hmws.py.j2
-    [ "$(grep -cE '^HM(WS|PV)_PRODUCER_(WARPS|REGS) = gl.constexpr\((8|72|64)\)$' templates/_decode_wgmma_hmws.py.j2)" = 3 ] \
-      || { echo "ab-producer8: the constants moved; nothing run"; exit 1; }
+            s/^HMPV_PRODUCER_REGS = gl.constexpr(128)$/HMPV_PRODUCER_REGS = gl.constexpr(64)/' \
+      '^HM(WS|PV)_PRODUCER_(WARPS|REGS) = gl.constexpr\((8|72|64)\)$' 3
     hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 2 / 3 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
       "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
@@ -166,12 +172,9 @@ for phase in "$@"; do
     # copy of the tree, against today's; one warpgroup and the QK / PV split with PREFETCH=1, both pairs, H = 16, 128
     # (HEADS), T = 1, 64; then the GPU tests of every wgmma build's record reading (the copy stays changed: a call of
     # its own)
-    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-    sed -i 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/;
+    ab_copy templates/decode_wgmma.py.j2 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/;
             s/^    p0, p1 = _e2m1_scaled_bf16(b, sc\[:, :, None\].broadcast_to(b.shape))$/    p0, p1 = _e2m1_scaled_bf16_sx(b, sc[:, :, None].broadcast_to(b.shape))/' \
-      templates/decode_wgmma.py.j2
-    [ "$(grep -cE '^    (return|p0, p1 =) _e(4m3|2m1)_scaled_bf16_sx\(b, ' templates/decode_wgmma.py.j2)" = 2 ] \
-      || { echo "ab-convert: the calls moved; nothing run"; exit 1; }
+      '^    (return|p0, p1 =) _e(4m3|2m1)_scaled_bf16_sx\(b, ' 2
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
       "${hargs[@]}" --ts 1,64 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \

@@ -19,6 +19,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import os
 import sys
@@ -103,13 +104,18 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
     other such span): its address range, role and instruction classes. In a warp-specialised
     kernel each partition's tile loop is one of them, so the producer's per-tile cost (role
     'producer': global loads, no MMA) and where the spills land can be read off without a GPU."""
+    addrs = [o.addr for o in sass]  # ascending: a span's instructions are a slice
+
+    def body_of(lo: int, hi: int) -> list[SassOp]:
+        return sass[bisect.bisect_left(addrs, lo):bisect.bisect_right(addrs, hi)]
+
     spans = sorted({(o.target, o.addr) for o in sass if o.target is not None and o.target < o.addr
-                    and sum(1 for p in sass if o.target <= p.addr <= o.addr) >= min_len})
+                    and len(body_of(o.target, o.addr)) >= min_len})
     inner = [(lo, hi) for lo, hi in spans
              if not any((a, b) != (lo, hi) and lo <= a and b <= hi for a, b in spans)]
     out = []
     for lo, hi in inner:
-        body = [o for o in sass if lo <= o.addr <= hi]
+        body = body_of(lo, hi)
         ops: collections.Counter = collections.Counter()
         for o in body:
             ops[next((cls for prefix, cls in _BY_LENGTH if o.opcode.startswith(prefix)), "other")] += 1
