@@ -170,15 +170,16 @@ for phase in "$@"; do
     # (_e4m3_scaled_bf16_sx: 16 instructions for eight values against 20; _e2m1_scaled_bf16_sx: 17 against 19; the
     # same bits: tests/tuner/test_decode_asm.py; static sm_90 producer loops 5-12% shorter) swapped in on the device's
     # copy of the tree, against today's; one warpgroup and the QK / PV split with PREFETCH=1, both pairs, H = 16, 128
-    # (HEADS), T = 1, 64; then the GPU tests of every wgmma build's record reading (the copy stays changed: a call of
-    # its own)
+    # (HEADS), T = 1, 64 (AB_TS; AB_PAIRS the pairs; AB_TWO=1 adds two warpgroups); then the GPU tests of every wgmma
+    # build's record reading (the copy stays changed: a call of its own)
     ab_copy templates/decode_wgmma.py.j2 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/;
             s/^    p0, p1 = _e2m1_scaled_bf16(b, sc\[:, :, None\].broadcast_to(b.shape))$/    p0, p1 = _e2m1_scaled_bf16_sx(b, sc[:, :, None].broadcast_to(b.shape))/' \
       '^    (return|p0, p1 =) _e(4m3|2m1)_scaled_bf16_sx\(b, ' 2
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 1,64 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
-      --only "wgmma 1 warpgroup, splits auto" --only "QK/PV split, splits auto, L2 prefetch" >"$OUT/ab_convert.log" 2>&1
+      "${hargs[@]}" --ts "${AB_TS:-1,64}" $(for p in ${AB_PAIRS:-fp8_584+fp8_584 nvfp4_288+fp8_528}; do echo --pair "$p"; done) \
+      --only "wgmma 1 warpgroup, splits auto" --only "QK/PV split, splits auto, L2 prefetch" \
+      ${AB_TWO:+--only "wgmma 2 warpgroups, splits auto"} >"$OUT/ab_convert.log" 2>&1
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "test_wgmma_matches_reference_on_sm90 or every_head_count_on_sm90 or (ws_matches_reference and not prefetch and not hm) or (heads_on_m_matches_reference and hmpv+prefetch)" \
       >"$OUT/results/pytest_decode_convert_gpu_h200.log" 2>&1
