@@ -12,8 +12,6 @@
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
-#   bash benchmarks/h200_session.sh ab-producer8     # that producer at 8 warps against 4, one call (A/B + GPU tests)
-#   bash benchmarks/h200_session.sh ab-convert       # the e4m3 / e2m1 conversions in 16 / 17 instructions against 20 / 19
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
 #
@@ -38,16 +36,8 @@ XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_N:-6}")
 budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
-# ab_copy FILE SED COUNT_RE COUNT: this tree archived as ab.sh's base, then FILE edited by SED on the device's copy
-# (it stays edited: an A/B phase takes a call of its own); stops the call when the edit does not land (COUNT lines
-# matching COUNT_RE afterwards).
-ab_copy() {
-  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-  sed -i "$2" "$1"
-  [ "$(grep -cE "$3" "$1")" = "$4" ] || { echo "$phase: the edit of $1 did not land; nothing run"; exit 1; }
-}
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-producer8|ab-convert|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -147,43 +137,6 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
-    ;;
-  ab-producer8)  # A/B in one call: the heads-on-M producer at 8 warps (2 a scheduler: twice the loads in flight; 72 / 64
-    # registers for hmws / hmpv, the same register file) against today's 4 at 128, on the device's copy of the tree
-    # (three constants; static sm_90 spills in _decode_wgmma_hmws.py.j2), timed by bench_decode_hm on both pairs at
-    # H = 64, 128 (HEADS) and T = 1, 8, 64, then the GPU tests of the 8-warp builds (the copy stays changed: a call of
-    # its own)
-    ab_copy templates/_decode_wgmma_hmws.py.j2 's/^HMWS_PRODUCER_WARPS = gl.constexpr(4)$/HMWS_PRODUCER_WARPS = gl.constexpr(8)/;
-            s/^HMWS_PRODUCER_REGS = gl.constexpr(128)$/HMWS_PRODUCER_REGS = gl.constexpr(72)/;
-            s/^HMPV_PRODUCER_REGS = gl.constexpr(128)$/HMPV_PRODUCER_REGS = gl.constexpr(64)/' \
-      '^HM(WS|PV)_PRODUCER_(WARPS|REGS) = gl.constexpr\((8|72|64)\)$' 3
-    hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 2 / 3 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
-      --only "heads on M warp-specialised, splits auto" --only "QK/PV split, splits auto" >"$OUT/ab_producer8.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
-      -k "heads_on_m_matches_reference and (hmws or hmpv)" -p no:cacheprovider -rA \
-      >"$OUT/results/pytest_decode_producer8_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_producer8_gpu_h200.log"
-    ;;
-  ab-convert)  # A/B in one call: the e4m3 and e2m1 conversions by sign-replicating byte permutes
-    # (_e4m3_scaled_bf16_sx: 16 instructions for eight values against 20; _e2m1_scaled_bf16_sx: 17 against 19; the
-    # same bits: tests/tuner/test_decode_asm.py; static sm_90 producer loops 5-12% shorter) swapped in on the device's
-    # copy of the tree, against today's; one warpgroup and the QK / PV split with PREFETCH=1, both pairs, H = 16, 128
-    # (HEADS), T = 1, 64 (AB_TS; AB_PAIRS the pairs; AB_TWO=1 adds two warpgroups); then the GPU tests of every wgmma
-    # build's record reading (the copy stays changed: a call of its own)
-    ab_copy templates/decode_wgmma.py.j2 's/^    return _e4m3_scaled_bf16(b, (t | (t << 16)).broadcast_to(b.shape))$/    return _e4m3_scaled_bf16_sx(b, (t | (t << 16)).broadcast_to(b.shape))/;
-            s/^    p0, p1 = _e2m1_scaled_bf16(b, sc\[:, :, None\].broadcast_to(b.shape))$/    p0, p1 = _e2m1_scaled_bf16_sx(b, sc[:, :, None].broadcast_to(b.shape))/' \
-      '^    (return|p0, p1 =) _e(4m3|2m1)_scaled_bf16_sx\(b, ' 2
-    hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts "${AB_TS:-1,64}" $(for p in ${AB_PAIRS:-fp8_584+fp8_584 nvfp4_288+fp8_528}; do echo --pair "$p"; done) \
-      --only "wgmma 1 warpgroup, splits auto" --only "QK/PV split, splits auto, L2 prefetch" \
-      ${AB_TWO:+--only "wgmma 2 warpgroups, splits auto"} >"$OUT/ab_convert.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
-      -k "test_wgmma_matches_reference_on_sm90 or every_head_count_on_sm90 or (ws_matches_reference and not prefetch and not hm) or (heads_on_m_matches_reference and hmpv+prefetch)" \
-      >"$OUT/results/pytest_decode_convert_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_convert_gpu_h200.log"
     ;;
   ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
     # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV

@@ -40,50 +40,14 @@ def _e2m1_scaled_bf16(b, s):
     # Four bytes ($4) of e2m1 pairs (elements e0..e7, e_i in nibble i) -> eight bf16 times their
     # scale ($5: bf16, the same for the four bytes), with no table: an e2m1 code's magnitude bits
     # placed at bf16 bits 6-8 and its sign at bit 15 are its value times 2**-126 (a subnormal for
-    # 0.5, normal above: the same relation for both), so a nibble pair 16 bits apart (e_i, e_i+4)
-    # becomes one bf16 pair by two shifts and two masks; the packed FMA (-0.0 added) applies the
-    # scale, which the caller passes times 2**(126 - K_SHIFT). Outputs in the order (e0, e4, e1,
-    # e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (_group_order).
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 m, t, z;
-        mov.b32 z, 0x80008000;
-        shl.b32 m, $4, 6;
-        shl.b32 t, $4, 12;
-        and.b32 t, t, 0x80008000;
-        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
-        fma.rn.bf16x2 $0, m, $5, z;
-        shl.b32 m, $4, 2;
-        shl.b32 t, $4, 8;
-        and.b32 t, t, 0x80008000;
-        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
-        fma.rn.bf16x2 $1, m, $5, z;
-        shr.u32 m, $4, 2;
-        shl.b32 t, $4, 4;
-        and.b32 t, t, 0x80008000;
-        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
-        fma.rn.bf16x2 $2, m, $5, z;
-        shr.u32 m, $4, 6;
-        and.b32 t, $4, 0x80008000;
-        lop3.b32 m, m, t, 0x01C001C0, 0xEC;
-        fma.rn.bf16x2 $3, m, $5, z;
-        }""",
-        constraints="=r,=r,=r,=r,r,r,r",
-        args=[b, s],
-        dtype=(gl.bfloat16, gl.bfloat16),
-        is_pure=True,
-        pack=4,
-    )
-
-
-@gluon.jit
-def _e2m1_scaled_bf16_sx(b, s):
-    # _e2m1_scaled_bf16 in 17 instructions for eight values instead of 19: each pair's nibbles are
-    # the high nibbles of two bytes (e1 and e5 of b, e3 and e7; e0 and e4, e2 and e6 of b shifted
-    # by 4), so one byte permute puts each in the low byte of a half with its sign (the byte's msb)
-    # replicated over the high byte, then one shift by 2 and one mask leave magnitude at bits 6-8
-    # and sign at 15: the same bits (tests/tuner/test_decode_asm.py). Not called yet: swapped in by
-    # h200_session.sh ab-convert on the device's copy of the tree, as _e4m3_scaled_bf16_sx is.
+    # 0.5, normal above: the same relation for both). Each pair (e_i, e_i+4) is the high nibbles of
+    # two bytes (e1 and e5 of b, e3 and e7; e0 and e4, e2 and e6 of b shifted by 4), so one byte
+    # permute puts each in the low byte of a half with its sign (the byte's msb) replicated over the
+    # high byte, then one shift and one mask leave magnitude and sign in place; the packed FMA
+    # (-0.0 added) applies the scale, which the caller passes times 2**(126 - K_SHIFT). 17
+    # instructions for eight values (two shifts and two masks a pair took 19; H200: 0.1-3.8% off
+    # every wgmma build, benchmarks/results/decode_convert_ab_h200.md). Outputs in the order (e0,
+    # e4, e1, e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (_group_order).
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 w, x, z;
@@ -119,55 +83,16 @@ def _e4m3_scaled_bf16(b, s):
     # Eight e4m3 bytes ($4, $5: e0..e7) -> eight bf16 times their scale ($6: a bf16 pair, the same
     # for the eight; $7-$13 repeat it), with no float conversion: an e4m3 code's seven magnitude
     # bits placed at bf16 bits 4-10 and its sign at bit 15 are its value times 2**-120 (a subnormal
-    # code or zero too: the same relation), so once a byte permute has put e_i and e_i+4 16 bits
-    # apart, they become one bf16 pair by shifts and masks, and one packed FMA (-0.0 added)
-    # applies the scale, which the caller passes times 2**(120 - E4M3_SHIFT). 18 SASS for eight
-    # values (static sm_90); the float conversions (e4m3x2 -> f16x2 -> two f32, two multiplies,
-    # f32x2 -> bf16x2) took 24 and _group_order's byte permutes more. Element codes 0x7F / 0xFF
-    # (e4m3 NaN) read as +-480 here: a record never holds them (a NaN tile is a NaN scale and zero
-    # bytes, FORMATS.md).
+    # code or zero too: the same relation). One byte permute a pair puts e_i and e_i+4 in the low
+    # bytes of the two halves with the copy of each one's sign that prmt's selector bit 3
+    # replicates in the high bytes, so one shift by 4 and one mask leave magnitude and sign in
+    # place, and one packed FMA (-0.0 added) applies the scale, which the caller passes times
+    # 2**(120 - E4M3_SHIFT). 16 SASS for eight values (static sm_90; two permutes, shifts, masks and
+    # lop3s took 18, H200: 0.1-3.8% off every wgmma build, benchmarks/results/decode_convert_ab_h200.md;
+    # the float conversions, e4m3x2 -> f16x2 -> two f32, two multiplies, f32x2 -> bf16x2, took 24
+    # and _group_order's byte permutes more). Element codes 0x7F / 0xFF (e4m3 NaN) read as +-480
+    # here: a record never holds them (a NaN tile is a NaN scale and zero bytes, FORMATS.md).
     # Outputs (e0, e4), (e1, e5), (e2, e6), (e3, e7): the order of _group_order already.
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 x, m, t, z;
-        mov.b32 z, 0x80008000;
-        prmt.b32 x, $4, $5, 0x5410;
-        shl.b32 m, x, 4;
-        shl.b32 t, x, 8;
-        and.b32 t, t, 0x80008000;
-        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
-        fma.rn.bf16x2 $0, m, $6, z;
-        shr.u32 m, x, 4;
-        and.b32 t, x, 0x80008000;
-        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
-        fma.rn.bf16x2 $1, m, $6, z;
-        prmt.b32 x, $4, $5, 0x7632;
-        shl.b32 m, x, 4;
-        shl.b32 t, x, 8;
-        and.b32 t, t, 0x80008000;
-        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
-        fma.rn.bf16x2 $2, m, $6, z;
-        shr.u32 m, x, 4;
-        and.b32 t, x, 0x80008000;
-        lop3.b32 m, m, t, 0x07F007F0, 0xEC;
-        fma.rn.bf16x2 $3, m, $6, z;
-        }""",
-        constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
-        args=[b, s],
-        dtype=gl.bfloat16,
-        is_pure=True,
-        pack=8,
-    )
-
-
-@gluon.jit
-def _e4m3_scaled_bf16_sx(b, s):
-    # _e4m3_scaled_bf16 in 16 instructions for eight values instead of 20 (static sm_90: 16 SASS
-    # against 18): one byte permute a pair puts e_i in the low byte of one half and the copy of its
-    # sign bit that prmt's selector bit 3 replicates in the high byte, so one shift by 4 and one
-    # mask leave its magnitude at bits 4-10 and its sign at 15 (the same bits as _e4m3_scaled_bf16's:
-    # test_e4m3_sign_replicating_permute_gives_the_same_bits). Not called yet: h200_session.sh
-    # ab-convert swaps it in on the device's copy of the tree, times both and runs the GPU tests.
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 x, z;
@@ -1390,10 +1315,9 @@ def decode_wgmma_ws_kernel(
 HMWS_PRODUCER_WARPS = gl.constexpr(4)
 HMWS_PRODUCER_REGS = gl.constexpr(128)
 # The QK / PV split's producer: the same warps, its registers apart (beside the PV warpgroup's 160,
-# not the consumer's split of the rest). Static sm_90 with 8 producer warps (2026-12-05: twice the
-# warps a scheduler to wait on loads, the same register file): hmws at 72 registers no spills
-# (PREFETCH=1: V4 pair 40 bytes), hmpv at 64 24-128 bytes; not yet timed (h200_session.sh
-# ab-producer8).
+# not the consumer's split of the rest). 8 producer warps (twice the warps a scheduler to wait on
+# loads, the same register file: hmws at 72 registers, hmpv at 64) were level or 1-5% slower (H200,
+# benchmarks/results/decode_hm_producer8_ab_h200.md): the producer is bound by what it issues.
 HMPV_PRODUCER_REGS = gl.constexpr(128)
 
 
