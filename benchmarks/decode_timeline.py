@@ -56,12 +56,17 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer data wait", "producer empty wait",
                                                       "producer conversion", "consumer ready wait",
                                                       "consumer compute", "pv tile", "first tile", "tile period",
-                                                      "program")}
+                                                      "program", "epilogue")}
     clocks = []
+    starts_ns, lasts_ns = [], []
     for prog, n in zip(trace, n_tiles):
         start, end = prog[0][TRACE_START:TRACE_START + 2], prog[0][TRACE_START + 2:TRACE_START + 4]
+        last = prog[1][TRACE_START:TRACE_START + 2]  # the last store's issue (tile 1's slots)
         if n <= 0 or end[1] <= start[1] or end[0] <= start[0]:
             continue
+        starts_ns.append(start[1])
+        if last[1] >= end[1]:
+            lasts_ns.append(last[1])
         ghz = (end[0] - start[0]) / (end[1] - start[1])  # cycles a ns
         clocks.append(ghz)
         us = 1e-3 / ghz  # us a cycle
@@ -84,9 +89,15 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
             phases["first tile"].append((done[0] - start[0]) * us)
         phases["tile period"] += [(b - a) * us for a, b in zip(done, done[1:])]
         phases["program"].append((end[0] - start[0]) * us)
+        if last[0] >= end[0]:
+            phases["epilogue"].append((last[0] - end[0]) * us)
     out: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in phases.items() if v}
     if len(phases["tile period"]) >= 2:  # the slow tiles a median hides (a program waits on its slowest)
         out["tile period p90"] = round(statistics.quantiles(phases["tile period"], n=10)[-1], 3)
+    if starts_ns:  # the launch as a whole (%globaltimer, one clock for every SM)
+        out["start spread"] = round((max(starts_ns) - min(starts_ns)) * 1e-3, 3)
+        if lasts_ns:
+            out["launch span"] = round((max(lasts_ns) - min(starts_ns)) * 1e-3, 3)
     out["clock GHz"] = round(statistics.median(clocks), 3) if clocks else None
     out["programs"] = len(clocks)
     return out
@@ -241,7 +252,8 @@ def main() -> int:
     stem = "decode_timeline" + ("_" + "_".join(pairs[0]) if len(pairs) == 1 else "") + "_h200"
     (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
     cols = ["prologue", "producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
-            "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "clock GHz"]
+            "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
+            "start spread", "launch span", "clock GHz"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
              "top-k 512, window 128, page 64; records from DRAM unless a row says L2; one traced launch a row "
@@ -249,7 +261,9 @@ def main() -> int:
              "producers load records into registers: their 'data wait' is the loads' issue, and their landing too "
              "where ptxas puts a use of the loaded bytes before the stamp (hmws / hmpv on sm_90: the scale bytes' "
              "mask); else the landing falls in their conversion. 'first tile': program start to its first tile "
-             "attended; 'program': start to the key loop's end.", "",
+             "attended; 'program': start to the key loop's end; 'epilogue': from there to its last store's issue; "
+             "'start spread': first program's start to the last's; 'launch span': first program's start to the last "
+             "program's last store (%globaltimer), the kernel's body without its launch or the merge after it.", "",
              "| pair | build | PREFETCH | H | T | records | splits | " + " | ".join(cols) + " |",
              "|---" * (7 + len(cols)) + "|"]
     for r in rows:

@@ -14,14 +14,19 @@ from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE,
 from catalog.families.decode import render_wgmma
 
 
-def _program(ghz: float, tiles: list[dict[int, int]], start: int = 1000) -> list[list[int]]:
-    """A program's stamps: tile i's events as cycles after `start`, its start and end at `ghz`."""
+def _program(ghz: float, tiles: list[dict[int, int]], start: int = 1000, start_ns: int = 5_000,
+             epilogue: int | None = None) -> list[list[int]]:
+    """A program's stamps: tile i's events as cycles after `start`, its start and end at `ghz`
+    (`start_ns` on the global timer), its last store `epilogue` cycles after its end (None: the
+    build did not stamp it)."""
     prog = [[0] * TRACE_EVENTS for _ in range(TRACE_TILES)]
     for i, ev in enumerate(tiles):
         for e, c in ev.items():
             prog[i][e] = start + c
     last = max(c for ev in tiles for c in ev.values())
-    prog[0][TRACE_START:TRACE_START + 4] = [start, 5_000, start + last, 5_000 + round(last / ghz)]
+    prog[0][TRACE_START:TRACE_START + 4] = [start, start_ns, start + last, start_ns + round(last / ghz)]
+    if epilogue is not None:
+        prog[1][TRACE_START:TRACE_START + 2] = [start + last + epilogue, start_ns + round((last + epilogue) / ghz)]
     return prog
 
 
@@ -41,6 +46,13 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     assert (got["consumer ready wait"], got["consumer compute"], got["tile period"]) == (0.1, 1.5, 2.0)
     assert got["program"] == 7.4 and "pv tile" not in got  # 14800 cycles; no PV warpgroup in this build
     assert got["first tile"] == 3.4 and got["tile period p90"] == 2.0  # start to cycle 6800: 3.4 us
+    assert "epilogue" not in got and "launch span" not in got and got["start spread"] == 0.0
+    # The last stores 0.5 us after the key loop; the second program starts 0.3 us after the first
+    # (global timer): the launch spans the first start to the second's last store, 0.3 + 7.4 + 0.5 us.
+    two = [_program(2.0, [tile(i) for i in range(3)], epilogue=1000),
+           _program(2.0, [tile(i) for i in range(3)], start=7, start_ns=5_300, epilogue=1000)]
+    got = summarise(two, [3, 3])
+    assert (got["epilogue"], got["start spread"], got["launch span"]) == (0.5, 0.3, 8.2)
     # The QK / PV split's PV warpgroup; a tile past TRACE_TILES is not read.
     pv = _program(1.0, [{PV_READY: 100 * i, PV_DONE: 100 * i + 40} for i in range(1, 4)])
     assert summarise([pv], [TRACE_TILES + 5])["pv tile"] == 0.04

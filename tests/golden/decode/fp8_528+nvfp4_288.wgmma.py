@@ -153,6 +153,35 @@ def _dim_of(p):
     return (p & ~7) | ((p & 7) >> 1) | ((p & 1) << 2)
 
 
+@gluon.constexpr_function
+def _rows_l(nw):
+    # Eight contiguous dims a thread, 16 threads along a row: a warp's store of two 128-dim rows
+    # is whole lines (fp32: 4 of 128 bytes a row), in 16-byte vector stores.
+    return gl.BlockedLayout([1, 8], [2, 16], [nw, 1], [1, 0])
+
+
+@gluon.jit
+def _store_rows(ptr, n_rows, x, OUT_BF16: gl.constexpr):
+    # x [R, CHUNK], column p holding dim _dim_of(p) (an MMA accumulator's chunk), stored as rows
+    # ptr + r * D + dim for r < n_rows, in dim order (as bf16 with OUT_BF16). Stored from the
+    # accumulator's own layout, a warp's store took two dims of 8 rows (16 or 8 bytes a row) and
+    # every other position's address: at 64 rows the heads-on-M kernels spent 4.5 us issuing one
+    # half of O (H100, decode_timeline.py's 'epilogue'). Here the tile goes through shared memory
+    # once (convert_layout) and the group permutation is a relabelling of each thread's registers:
+    # 8-18% off the QK / PV split (benchmarks/results/decode_hmpv_store_ab_h100.md), though both
+    # layouts' registers live at once spill 256-340 bytes (benchmarks/patches/hmpv_store_smem.patch
+    # goes through the K tiles' dead shared memory instead: no scratch, 38 bytes and none).
+    R: gl.constexpr = x.shape[0]
+    bl: gl.constexpr = _rows_l(gl.num_warps())
+    y = gl.convert_layout(x, bl)
+    y = gl.convert_layout(gl.reshape(gl.permute(gl.reshape(y, [R, CHUNK // 8, 4, 2]), (0, 1, 3, 2)), [R, CHUNK]), bl)
+    if OUT_BF16:
+        y = y.to(gl.bfloat16)
+    r = gl.arange(0, R, layout=gl.SliceLayout(1, bl))
+    c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
+    gl.store(ptr + r[:, None] * D + c[None, :], y, mask=(r < n_rows)[:, None])
+
+
 @gluon.jit
 def _prefetch_l2(ptr, valid):
     # The line of each address into L2 where valid (prefetch.global.L2): no register waits for it,
@@ -1683,18 +1712,14 @@ def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_s
         mbarrier.arrive(empty.index(u))
     mbarrier.wait(fin.index(0), 0)
     f = f_smem.index(0).load(gl.SliceLayout(1, o_l))[:, None]
-    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
-    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
-    ohm = (oh < n_heads)[:, None]
     if SPLIT:
-        row = (t64 * gl.num_programs(1) + sp) * n_heads
-        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
-        gl.store(base + 2 * CHUNK, o2, mask=ohm)
-        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        base = part_o_ptr + ((t64 * gl.num_programs(1) + sp) * n_heads + h0) * D
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2, False)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3, False)
     else:
-        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
-        gl.store(base + 2 * CHUNK, (o2 * f).to(gl.bfloat16), mask=ohm)
-        gl.store(base + 3 * CHUNK, (o3 * f).to(gl.bfloat16), mask=ohm)
+        base = o_ptr + (t64 * n_heads + h0) * D
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2 * f, True)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3 * f, True)
 
 
 @gluon.jit
@@ -1766,16 +1791,12 @@ def decode_wgmma_hmpv_kernel(
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
     if SPLIT:
         _launch_dependents()
-    od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_l)))
-    oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, o_l))
-    ohm = (oh < n_heads)[:, None]
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
         row = (t64 * gl.num_programs(1) + sp) * n_heads
-        base = part_o_ptr + (row + oh[:, None]) * D + od[None, :]
-        gl.store(base, o0, mask=ohm)
-        gl.store(base + CHUNK, o1, mask=ohm)
+        _store_rows(part_o_ptr + (row + h0) * D, n_heads - h0, o0, False)
+        _store_rows(part_o_ptr + (row + h0) * D + CHUNK, n_heads - h0, o1, False)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
     else:
@@ -1784,6 +1805,6 @@ def decode_wgmma_hmpv_kernel(
         gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
         f = gl.convert_layout(_hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB, SPLIT, HAS_SINK, hl),
                               gl.SliceLayout(1, o_l))[:, None]
-        base = o_ptr + (t64 * n_heads + oh[:, None]) * D + od[None, :]
-        gl.store(base, (o0 * f).to(gl.bfloat16), mask=ohm)
-        gl.store(base + CHUNK, (o1 * f).to(gl.bfloat16), mask=ohm)
+        base = o_ptr + (t64 * n_heads + h0) * D
+        _store_rows(base, n_heads - h0, o0 * f, True)
+        _store_rows(base + CHUNK, n_heads - h0, o1 * f, True)
