@@ -11,6 +11,7 @@
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
+#   bash benchmarks/h200_session.sh ab-store-smem    # O of the QK / PV split stored through dead shared memory (A/B + GPU tests)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -37,7 +38,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-store-smem|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -137,6 +138,21 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
+    ;;
+  ab-store-smem)  # A/B in one call: the QK / PV split's O stored through the K tiles' dead shared memory
+    # (benchmarks/patches/hmpv_store_smem.patch: no scratch, static spills 38 / 0 bytes) against today's convert_layout
+    # (256-340 bytes of spills), applied to the device's copy of the tree (it stays patched: a call of its own); the
+    # QK / PV split with PREFETCH=1 on both pairs, H = 64, 128 (HEADS), T = 1, 64; then its GPU tests on four pairs
+    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+    { git apply benchmarks/patches/hmpv_store_smem.patch || patch -p1 --forward <benchmarks/patches/hmpv_store_smem.patch; } ||
+      { echo "$phase: the patch does not apply; nothing run"; exit 1; }
+    hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
+    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
+      "${hargs[@]}" --ts 64,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
+      --only "QK/PV split, splits auto, L2 prefetch" >"$OUT/ab_store_smem.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+      -k "heads_on_m_matches_reference and hmpv" >"$OUT/results/pytest_decode_store_smem_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_store_smem_gpu_h200.log"
     ;;
   ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
     # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV
