@@ -48,3 +48,19 @@ def test_hmpv_store_smem_patch_builds_the_split_without_scratch_or_spills(tmp_pa
     got = dict(zip(rows[0], rows[-1]))
     assert got["config"] == "MMA=wgmma_hmpv,PREFETCH=1", out
     assert int(got["spills"]) == 0 and int(got["shared_bytes"]) == 214096 and int(got["st.global"]) <= 80, got
+
+
+def test_o_store_epilogues_patch_stores_whole_rows_without_spills_or_shared_memory(tmp_path: Path) -> None:
+    # Every other wgmma build's O by _store_rows (h200_session.sh ab-store-epilogues): compiled on the
+    # CPU for sm_90 from a patched copy, the heads-on-N build with one warpgroup and the heads-on-M one
+    # store O in 16-byte vectors (st.global 72 -> 24 and 132 -> 36, the m / l words included), with
+    # no spills and no shared memory past the tree's (the conversions' scratch reuses dead buffers).
+    copy = _patched_copy(ROOT / "benchmarks" / "patches" / "o_store_epilogues.patch", tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    for cfg, shared, st_max in (("MMA=wgmma", 166144, 24), ("MMA=wgmma_hm", 221696, 36)):
+        out = subprocess.run([sys.executable, "benchmarks/static_profile.py", "decode", "--fmt", "fp8_584,fp8_584",
+                              "--cfg", cfg], cwd=copy, env=env, capture_output=True, text=True, check=True).stdout
+        rows = [[c.strip() for c in r.split("|")[1:-1]] for r in out.splitlines() if r.startswith("| ")]
+        got = dict(zip(rows[0], rows[-1]))
+        assert got["config"] == cfg, out
+        assert int(got["spills"]) == 0 and int(got["shared_bytes"]) == shared and int(got["st.global"]) <= st_max, got
