@@ -45,9 +45,10 @@ def _e2m1_scaled_bf16(b, s):
     # permute puts each in the low byte of a half with its sign (the byte's msb) replicated over the
     # high byte, then one shift and one mask leave magnitude and sign in place; the packed FMA
     # (-0.0 added) applies the scale, which the caller passes times 2**(126 - K_SHIFT). 17
-    # instructions for eight values (two shifts and two masks a pair took 19; H200: 0.1-3.8% off
-    # every wgmma build, benchmarks/results/decode_convert_ab_h200.md). Outputs in the order (e0,
-    # e4, e1, e5) and (e2, e6, e3, e7): the dims of each 8-dim group in that order (_group_order).
+    # instructions for eight values (two shifts and two masks a pair took 19; its GPU tests pass,
+    # timed across calls only: the V4.1 pair's T=64 rows of decode_heads_h200.md, 2-5% faster).
+    # Outputs in the order (e0, e4, e1, e5) and (e2, e6, e3, e7): the dims of each 8-dim group in
+    # that order (_group_order).
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 w, x, z;
