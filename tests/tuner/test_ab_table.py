@@ -1,0 +1,39 @@
+"""benchmarks/ab_table.py: an A/B of two trees timed in one call as one table, on synthetic result
+files (no GPU): rows matched by every field but the time, the ratio head / base, a row only one side
+timed left out, a failed side's error kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.ab_table import ab_rows, main
+
+PROV = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "date": "2026-12-06 10:00 UTC"}
+
+
+def _row(h: int, t: int, us: float | None, error: str | None = None) -> dict:
+    return {"pair": "fp8_584+fp8_584", "H": h, "T": t, "build": "QK/PV split", "us": us, "error": error}
+
+
+def test_rows_match_by_their_fields_and_give_the_ratio() -> None:
+    base = {"rows": [_row(64, 64, 47.5), _row(128, 64, 56.0), _row(128, 1, 28.0), _row(16, 1, 8.0)]}
+    head = {"rows": [_row(128, 64, 45.5), _row(64, 64, 43.7), _row(128, 1, None, "mismatch at 3 heads")]}
+    got = ab_rows(base, head)
+    assert [(r["H"], r["T"], r["base us"], r["head us"], r["ratio"]) for r in got] == [
+        (64, 64, 47.5, 43.7, 0.92), (128, 64, 56.0, 45.5, 0.812), (128, 1, 28.0, None, None)]
+    assert got[2]["error"] == "mismatch at 3 heads" and got[0]["error"] is None
+
+
+def test_main_writes_the_table_from_the_calls_files(tmp_path: Path) -> None:
+    for side, us in (("base", 56.0), ("head", 45.5)):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "decode_hm_h200.json").write_text(json.dumps({"provenance": PROV, "rows": [_row(128, 64, us)]}))
+    res = tmp_path / "results"
+    assert main([str(tmp_path), "ab_demo", "--title", "A/B: demo", "--intro", "One call.", "--results", str(res)]) == 0
+    md = (res / "ab_demo.md").read_text()
+    assert md.startswith("# A/B: demo\n") and "NVIDIA H200" in md and "One call." in md
+    assert "| fp8_584+fp8_584 | 128 | 64 | QK/PV split | 56.00 | 45.50 | 0.812 |" in md
+    assert json.loads((res / "ab_demo.json").read_text())["rows"][0]["ratio"] == 0.812
+    (tmp_path / "head" / "decode_hm_h200.json").write_text(json.dumps({"provenance": PROV, "rows": []}))
+    assert main([str(tmp_path), "ab_none", "--title", "t", "--results", str(res)]) == 1  # nothing timed twice
