@@ -205,10 +205,13 @@ for phase in "$@"; do
       >"$OUT/bench_decode.log" 2>&1
     echo "bench_decode rc=$?" >>"$OUT/bench_decode.log"
     ;;
-  tune)  # issue 5's run: kvtune tune for decode at the seed shape over T = 1..64, within its budget
-    timeout $(( $(left) - 5 )) python3 -m kvtune.cli tune --kernel decode --arch auto --heads 16 --topk 512 --window 128 \
-      --trials 8 --time-budget $(( $(left) - 60 )) --out "$OUT/results/tune_decode_h200.json" >"$OUT/tune_decode.log" 2>&1
-    echo "tune rc=$?" >>"$OUT/tune_decode.log"
+  tune)  # issue 5's run: kvtune tune for decode at the seed shape over T = 1..64, within its budget; TUNE_HEADS
+    # (issue 28: 64, 128), TUNE_FORMATS (comp,win: fp8_584,fp8_584) and TUNE_TRIALS (8) override
+    name=tune_decode${TUNE_HEADS:+_h$TUNE_HEADS}${TUNE_FORMATS:+_${TUNE_FORMATS//,/_}}_h200
+    timeout $(( $(left) - 5 )) python3 -m kvtune.cli tune --kernel decode --arch auto --heads "${TUNE_HEADS:-16}" \
+      --topk 512 --window 128 ${TUNE_FORMATS:+--formats "$TUNE_FORMATS"} --trials "${TUNE_TRIALS:-8}" \
+      --time-budget $(( $(left) - 60 )) --out "$OUT/results/$name.json" >"$OUT/$name.log" 2>&1
+    echo "tune rc=$?" >>"$OUT/$name.log"
     ;;
   logits-breakdown)  # the mxfp4_68 dot paths, stage by stage
     timeout $(( $(left) - 5 )) python3 benchmarks/logits_breakdown.py --fmt mxfp4_68 \
