@@ -821,8 +821,8 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     # layouts' registers live at once; 20 and none before), with which the build is 8-18% faster
     # (benchmarks/results/decode_hmpv_store_ab_h100.md); storing through the K tiles' shared memory
     # instead (benchmarks/patches/hmpv_store_smem.patch, GPU tests owed) takes them to 38 and none.
-    # Seeded past 32 heads with PREFETCH=1
-    # since its GPU tests (test_wgmma_heads_on_m_matches_reference_on_sm90) passed (2026-12-05).
+    # Seeded past 32 heads with PREFETCH=1 since its GPU tests
+    # (test_wgmma_heads_on_m_matches_reference_on_sm90) passed (2026-12-05).
     from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
 
     _sm90_static_profile(pair, "MMA=wgmma_hmpv", wgmma_hmpv_shared_bytes(),
@@ -845,8 +845,8 @@ def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str
     # reaches), within the bytes of spills counted on 2026-12-05 since the shorter e4m3 / e2m1
     # conversions (the V4 pair's heads-on-M build 12, 24 before; the V4.1 pair's QK / PV split
     # 256 since its O store's convert_layout, none before: see test_wgmma_hmpv_build_fits_sm90).
-    # PREFETCH is an axis of these builds alone
-    # (the wgmma path fixes it at 0 elsewhere); seeded past 32 heads on the QK / PV split alone.
+    # PREFETCH is an axis of these builds alone (the wgmma path fixes it at 0 elsewhere); seeded
+    # past 32 heads on the QK / PV split alone.
     from catalog.families.decode import (SPEC, WGMMA_MMAS, WGMMA_PREFETCH_MMAS, decode_key, wgmma_hmpv_shared_bytes,
                                          wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
 

@@ -1,13 +1,13 @@
 """The wgmma decode path's e4m3 and e2m1 -> bf16 inline PTX, run on the CPU by a small
 interpreter of the integer instructions it uses (mov, prmt, shl, shr, and, lop3), up to the packed
-FMA that applies the scale. The asm strings are read from the rendered module, so what is checked is what ships."""
+FMA that applies the scale. The asm strings are read from the rendered module, so what is checked
+is what ships."""
 
 from __future__ import annotations
 
 import re
 
 import numpy as np
-import pytest
 import torch
 
 from catalog.families.decode import render_wgmma
