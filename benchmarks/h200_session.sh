@@ -39,6 +39,14 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
+# ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
+# device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
+ab_patch() {
+  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+  { git apply "benchmarks/patches/$1" || patch -p1 --forward <"benchmarks/patches/$1"; } ||
+    { echo "$phase: $1 does not apply; nothing run"; exit 1; }
+}
+
 PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-store-smem|ab-store-epilogues|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
@@ -144,9 +152,7 @@ for phase in "$@"; do
     # (benchmarks/patches/hmpv_store_smem.patch: no scratch, static spills 38 / 0 bytes) against today's convert_layout
     # (256-340 bytes of spills), applied to the device's copy of the tree (it stays patched: a call of its own); the
     # QK / PV split with PREFETCH=1 on both pairs, H = 64, 128 (HEADS), T = 1, 64; then its GPU tests on four pairs
-    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-    { git apply benchmarks/patches/hmpv_store_smem.patch || patch -p1 --forward <benchmarks/patches/hmpv_store_smem.patch; } ||
-      { echo "$phase: the patch does not apply; nothing run"; exit 1; }
+    ab_patch hmpv_store_smem.patch
     hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
       "${hargs[@]}" --ts 64,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
@@ -160,9 +166,7 @@ for phase in "$@"; do
     # sm_90: st.global 72 -> 24 and 132 -> 36, no spills, no shared memory added) against the tree as it is, on the
     # device's copy (it stays patched: a call of its own); one and two warpgroups on the fp8_584 pair at H = 16, 64
     # (HEADS), T = 1, 8, 64; then the GPU tests of every build it changes (heads on N, heads on M, both warp-specialised)
-    tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-    { git apply benchmarks/patches/o_store_epilogues.patch || patch -p1 --forward <benchmarks/patches/o_store_epilogues.patch; } ||
-      { echo "$phase: the patch does not apply; nothing run"; exit 1; }
+    ab_patch o_store_epilogues.patch
     hargs=(); for h in ${HEADS:-16 64}; do hargs+=(--heads "$h"); done
     BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
       "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --only "wgmma 1 warpgroup, splits auto" \

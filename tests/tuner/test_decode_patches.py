@@ -27,6 +27,17 @@ def _patched_copy(patch: Path, dest: Path) -> Path:
     return dest
 
 
+def _static_row(copy: Path, fmt: str, cfg: str) -> dict[str, str]:
+    # benchmarks/static_profile.py's row of one decode build, compiled for sm_90 from `copy`.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "benchmarks/static_profile.py", "decode", "--fmt", fmt, "--cfg", cfg],
+                         cwd=copy, env=env, capture_output=True, text=True, check=True).stdout
+    rows = [[c.strip() for c in r.split("|")[1:-1]] for r in out.splitlines() if r.startswith("| ")]
+    got = dict(zip(rows[0], rows[-1]))
+    assert got["config"] == cfg, out
+    return got
+
+
 @pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
 def test_patch_applies_to_this_tree(patch: Path) -> None:
     got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
@@ -40,13 +51,7 @@ def test_hmpv_store_smem_patch_builds_the_split_without_scratch_or_spills(tmp_pa
     # st.global, 260 from the accumulator's layout) and the V4.1 pair without spills (the tree's
     # convert_layout: 256 bytes).
     copy = _patched_copy(ROOT / "benchmarks" / "patches" / "hmpv_store_smem.patch", tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "benchmarks/static_profile.py", "decode", "--fmt", "nvfp4_288,fp8_528",
-                          "--cfg", "MMA=wgmma_hmpv,PREFETCH=1"], cwd=copy, env=env, capture_output=True, text=True,
-                         check=True).stdout
-    rows = [[c.strip() for c in r.split("|")[1:-1]] for r in out.splitlines() if r.startswith("| ")]
-    got = dict(zip(rows[0], rows[-1]))
-    assert got["config"] == "MMA=wgmma_hmpv,PREFETCH=1", out
+    got = _static_row(copy, "nvfp4_288,fp8_528", "MMA=wgmma_hmpv,PREFETCH=1")
     assert int(got["spills"]) == 0 and int(got["shared_bytes"]) == 214096 and int(got["st.global"]) <= 80, got
 
 
@@ -56,11 +61,6 @@ def test_o_store_epilogues_patch_stores_whole_rows_without_spills_or_shared_memo
     # store O in 16-byte vectors (st.global 72 -> 24 and 132 -> 36, the m / l words included), with
     # no spills and no shared memory past the tree's (the conversions' scratch reuses dead buffers).
     copy = _patched_copy(ROOT / "benchmarks" / "patches" / "o_store_epilogues.patch", tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     for cfg, shared, st_max in (("MMA=wgmma", 166144, 24), ("MMA=wgmma_hm", 221696, 36)):
-        out = subprocess.run([sys.executable, "benchmarks/static_profile.py", "decode", "--fmt", "fp8_584,fp8_584",
-                              "--cfg", cfg], cwd=copy, env=env, capture_output=True, text=True, check=True).stdout
-        rows = [[c.strip() for c in r.split("|")[1:-1]] for r in out.splitlines() if r.startswith("| ")]
-        got = dict(zip(rows[0], rows[-1]))
-        assert got["config"] == cfg, out
+        got = _static_row(copy, "fp8_584,fp8_584", cfg)
         assert int(got["spills"]) == 0 and int(got["shared_bytes"]) == shared and int(got["st.global"]) <= st_max, got
