@@ -11,8 +11,6 @@
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
-#   bash benchmarks/h200_session.sh ab-store-smem    # O of the QK / PV split stored through dead shared memory (A/B + GPU tests)
-#   bash benchmarks/h200_session.sh ab-store-epilogues  # the other wgmma builds' O stored the same way (A/B + GPU tests)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -39,15 +37,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-# ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
-# device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
-ab_patch() {
-  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-  { git apply "benchmarks/patches/$1" || patch -p1 --forward <"benchmarks/patches/$1"; } ||
-    { echo "$phase: $1 does not apply; nothing run"; exit 1; }
-}
-
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ab-store-smem|ab-store-epilogues|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -147,34 +137,6 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
-    ;;
-  ab-store-smem)  # A/B in one call: the QK / PV split's O stored through the K tiles' dead shared memory
-    # (benchmarks/patches/hmpv_store_smem.patch: no scratch, static spills 38 / 0 bytes) against today's convert_layout
-    # (256-340 bytes of spills), applied to the device's copy of the tree (it stays patched: a call of its own); the
-    # QK / PV split with PREFETCH=1 on both pairs, H = 64, 128 (HEADS), T = 1, 64; then its GPU tests on four pairs
-    ab_patch hmpv_store_smem.patch
-    hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 64,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
-      --only "QK/PV split, splits auto, L2 prefetch" >"$OUT/ab_store_smem.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
-      -k "heads_on_m_matches_reference and hmpv" >"$OUT/results/pytest_decode_store_smem_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_store_smem_gpu_h200.log"
-    ;;
-  ab-store-epilogues)  # A/B in one call: every other wgmma build's O stored by _store_rows (one and two warpgroups,
-    # warp-specialised, heads on M and its warp-specialised build: benchmarks/patches/o_store_epilogues.patch, static
-    # sm_90: st.global 72 -> 24 and 132 -> 36, no spills, no shared memory added) against the tree as it is, on the
-    # device's copy (it stays patched: a call of its own); one and two warpgroups on the fp8_584 pair at H = 16, 64
-    # (HEADS), T = 1, 8, 64; then the GPU tests of every build it changes (heads on N, heads on M, both warp-specialised)
-    ab_patch o_store_epilogues.patch
-    hargs=(); for h in ${HEADS:-16 64}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --only "wgmma 1 warpgroup, splits auto" \
-      --only "wgmma 2 warpgroups, splits auto" >"$OUT/ab_store_epilogues.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
-      -k "test_wgmma_matches_reference_on_sm90 or every_head_count_on_sm90 or (ws_matches_reference and not prefetch and not hm) or (heads_on_m_matches_reference and not hmpv and not prefetch)" \
-      >"$OUT/results/pytest_decode_store_epilogues_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_store_epilogues_gpu_h200.log"
     ;;
   ncu-producer)  # where the heads-on-M producer waits (2026-12-05: its loads take 2 us a tile from L2 as from DRAM,
     # and loading a tile ahead in registers made it slower): Nsight Compute's per-SASS-line stall samples of the QK / PV

@@ -383,9 +383,9 @@ def wgmma_hmws_shared_bytes() -> int:
 def wgmma_hmpv_shared_bytes() -> int:
     """Shared memory of a program of the QK / PV split, any pair: `wgmma_hmws_shared_bytes`'s
     buffers with P double-buffered (the QK warpgroup writes the next tile's while the PV one
-    reads this one's), the rescale factors of two tiles and O's final ones (fp32 a head), and 8528
-    bytes of the compiler's own (8 KiB: O's layout conversion before its store; 222288, 2026-12-05)."""
-    return _mma_bytes(WGMMA_HM_HEADS, k_tiles=2) + WGMMA_HM_HEADS * WGMMA_BLOCK_N * 2 + 3 * WGMMA_HM_HEADS * 4 + 8528
+    reads this one's), the rescale factors of two tiles and O's final ones (fp32 a head), and 336
+    bytes of the compiler's own (214096 bytes, 2026-12-05: O's stores go through the K tiles')."""
+    return _mma_bytes(WGMMA_HM_HEADS, k_tiles=2) + WGMMA_HM_HEADS * WGMMA_BLOCK_N * 2 + 3 * WGMMA_HM_HEADS * 4 + 336
 
 
 def wgmma_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:

@@ -816,17 +816,15 @@ def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
 def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     # The QK / PV split (decode_wgmma_hmpv_kernel: a QK warpgroup at 216 registers, a PV one at
     # 160, the producer at 128), compiled on the CPU for sm_90: P double-buffered beside the two K
-    # tiles and the query, as `wgmma_hmpv_shared_bytes` predicts. Spills: the V4 pair 340 bytes,
-    # the V4.1 pair 256 (static, 2026-12-05), since O is stored through convert_layout (both
-    # layouts' registers live at once; 20 and none before), with which the build is 8-18% faster
-    # (benchmarks/results/decode_hmpv_store_ab_h100.md); storing through the K tiles' shared memory
-    # instead (benchmarks/patches/hmpv_store_smem.patch, GPU tests owed) takes them to 38 and none.
+    # tiles and the query, as `wgmma_hmpv_shared_bytes` predicts. Spills: the V4 pair 38 bytes,
+    # the V4.1 pair none (static, 2026-12-05; O stored through the K tiles' shared memory: through
+    # convert_layout 340 and 256, 3-9% slower on the H200: results/decode_hmpv_store_smem_ab_h200.md).
     # Seeded past 32 heads with PREFETCH=1 since its GPU tests
     # (test_wgmma_heads_on_m_matches_reference_on_sm90) passed (2026-12-05).
     from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
 
     _sm90_static_profile(pair, "MMA=wgmma_hmpv", wgmma_hmpv_shared_bytes(),
-                         max_spills=340 if pair == ("fp8_584", "fp8_584") else 256, cp_async=False)
+                         max_spills=38 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
     assert [(c["MMA"], c["PREFETCH"]) for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90")
             if c["MMA"] == "wgmma_hmpv"] == [("wgmma_hmpv", 1)]
     hmpv = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpv"))
@@ -834,7 +832,7 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.parametrize("pair, mma, max_spills", [(("fp8_584", "fp8_584"), "wgmma_hmws", 12),
-                                                    (("nvfp4_288", "fp8_528"), "wgmma_hmpv", 256),
+                                                    (("nvfp4_288", "fp8_528"), "wgmma_hmpv", 0),
                                                     (("nvfp4_288", "fp8_528"), "wgmma_ws", 0)],
                          ids=["fp8_584+fp8_584-hmws", "nvfp4_288+fp8_528-hmpv", "nvfp4_288+fp8_528-ws"])
 def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str, str], mma: str,
@@ -844,9 +842,8 @@ def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str
     # than the producer's loads or copies, each loop trip, and at the start the tiles no trip
     # reaches), within the bytes of spills counted on 2026-12-05 since the shorter e4m3 / e2m1
     # conversions (the V4 pair's heads-on-M build 12, 24 before; the V4.1 pair's QK / PV split
-    # 256 since its O store's convert_layout, none before: see test_wgmma_hmpv_build_fits_sm90).
-    # PREFETCH is an axis of these builds alone (the wgmma path fixes it at 0 elsewhere); seeded
-    # past 32 heads on the QK / PV split alone.
+    # none: see test_wgmma_hmpv_build_fits_sm90). PREFETCH is an axis of these builds alone (the
+    # wgmma path fixes it at 0 elsewhere); seeded past 32 heads on the QK / PV split alone.
     from catalog.families.decode import (SPEC, WGMMA_MMAS, WGMMA_PREFETCH_MMAS, decode_key, wgmma_hmpv_shared_bytes,
                                          wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
 

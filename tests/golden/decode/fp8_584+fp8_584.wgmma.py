@@ -137,25 +137,37 @@ def _rows_l(nw):
 
 
 @gluon.jit
-def _store_rows(ptr, n_rows, x, OUT_BF16: gl.constexpr):
+def _store_rows(ptr, n_rows, x, buf, OUT_BF16: gl.constexpr):
     # x [R, CHUNK], column p holding dim _dim_of(p) (an MMA accumulator's chunk), stored as rows
-    # ptr + r * D + dim for r < n_rows, in dim order (as bf16 with OUT_BF16). Stored from the
+    # ptr + r * D + dim for r < n_rows, in dim order (as bf16 with OUT_BF16), through buf (fp32
+    # [R, CHUNK] of shared memory no one reads any more: the K tiles'). Stored from the
     # accumulator's own layout, a warp's store took two dims of 8 rows (16 or 8 bytes a row) and
     # every other position's address: at 64 rows the heads-on-M kernels spent 4.5 us issuing one
-    # half of O (H100, decode_timeline.py's 'epilogue'). Here the tile goes through shared memory
-    # once (convert_layout) and the group permutation is a relabelling of each thread's registers:
-    # 8-18% off the QK / PV split (benchmarks/results/decode_hmpv_store_ab_h100.md), though both
-    # layouts' registers live at once spill 256-340 bytes (benchmarks/patches/hmpv_store_smem.patch
-    # goes through the K tiles' dead shared memory instead: no scratch, 38 bytes and none).
+    # half of O (H100, decode_timeline.py's 'epilogue'). Here each thread reads back eight
+    # contiguous positions, a relabelling of its registers puts them in dim order, and a warp's
+    # store is two whole rows in 16-byte vectors. (convert_layout did the same through 8 KiB of
+    # scratch, 8-18% faster than the accumulator's layout on an H100, benchmarks/results/
+    # decode_hmpv_store_ab_h100.md, but held both layouts' registers at once: 256-340 bytes of
+    # spills.)
     R: gl.constexpr = x.shape[0]
     bl: gl.constexpr = _rows_l(gl.num_warps())
-    y = gl.convert_layout(x, bl)
+    buf.store(x)
+    gl.thread_barrier()
+    y = buf.load(bl)
     y = gl.convert_layout(gl.reshape(gl.permute(gl.reshape(y, [R, CHUNK // 8, 4, 2]), (0, 1, 3, 2)), [R, CHUNK]), bl)
     if OUT_BF16:
         y = y.to(gl.bfloat16)
     r = gl.arange(0, R, layout=gl.SliceLayout(1, bl))
     c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
     gl.store(ptr + r[:, None] * D + c[None, :], y, mask=(r < n_rows)[:, None])
+
+
+@gluon.jit
+def _o_bufs(kv_smem):
+    # The K tiles' shared memory (two tiles of four [BLOCK_N, CHUNK] bf16 chunks) as four fp32
+    # [64, CHUNK] buffers for _store_rows once no MMA reads K (16-byte units swizzled by row: the
+    # accumulator's stores of 8 rows and the rows' reads back both conflict-free).
+    return kv_smem._reinterpret(gl.float32, [4, 64, CHUNK], gl.SwizzledSharedLayout(4, 1, 8, [1, 0]))
 
 
 @gluon.jit
@@ -1469,14 +1481,15 @@ def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_s
         mbarrier.arrive(empty.index(u))
     mbarrier.wait(fin.index(0), 0)
     f = f_smem.index(0).load(gl.SliceLayout(1, o_l))[:, None]
+    bufs = _o_bufs(kv_smem)  # 0 and 1: every MMA of this warpgroup's and the QK one's is done (fin)
     if SPLIT:
         base = part_o_ptr + ((t64 * gl.num_programs(1) + sp) * n_heads + h0) * D
-        _store_rows(base + 2 * CHUNK, n_heads - h0, o2, False)
-        _store_rows(base + 3 * CHUNK, n_heads - h0, o3, False)
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2, bufs.index(0), False)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3, bufs.index(1), False)
     else:
         base = o_ptr + (t64 * n_heads + h0) * D
-        _store_rows(base + 2 * CHUNK, n_heads - h0, o2 * f, True)
-        _store_rows(base + 3 * CHUNK, n_heads - h0, o3 * f, True)
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2 * f, bufs.index(0), True)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3 * f, bufs.index(1), True)
 
 
 @gluon.jit
@@ -1550,10 +1563,11 @@ def decode_wgmma_hmpv_kernel(
         _launch_dependents()
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
+    bufs = _o_bufs(kv_smem)  # 2 and 3: the PV warpgroup's stores may still read 0 and 1
     if SPLIT:
         row = (t64 * gl.num_programs(1) + sp) * n_heads
-        _store_rows(part_o_ptr + (row + h0) * D, n_heads - h0, o0, False)
-        _store_rows(part_o_ptr + (row + h0) * D + CHUNK, n_heads - h0, o1, False)
+        _store_rows(part_o_ptr + (row + h0) * D, n_heads - h0, o0, bufs.index(2), False)
+        _store_rows(part_o_ptr + (row + h0) * D + CHUNK, n_heads - h0, o1, bufs.index(3), False)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
     else:
@@ -1563,5 +1577,5 @@ def decode_wgmma_hmpv_kernel(
         f = gl.convert_layout(_hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB, SPLIT, HAS_SINK, hl),
                               gl.SliceLayout(1, o_l))[:, None]
         base = o_ptr + (t64 * n_heads + h0) * D
-        _store_rows(base, n_heads - h0, o0 * f, True)
-        _store_rows(base + CHUNK, n_heads - h0, o1 * f, True)
+        _store_rows(base, n_heads - h0, o0 * f, bufs.index(2), True)
+        _store_rows(base + CHUNK, n_heads - h0, o1 * f, bufs.index(3), True)
