@@ -4,9 +4,11 @@ the best row is the minimum of every timed config."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from benchmarks.heads_table import table
+from benchmarks.heads_table import load_tunes, table
 
 PROV = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "date": "2026-12-02 01:59 UTC"}
 
@@ -61,14 +63,49 @@ def test_the_done_when_lines_are_checked_on_the_best_configs() -> None:
     lines = table(runs).splitlines()
     assert "Runs: H=16 2026-12-02 01:59 UTC; H=64 2026-12-02 01:59 UTC." in lines
     # fp8_584 at 64 heads: 11.5 <= 11.9, 15.0 > 14.4 -> does not hold; 128 heads not run.
-    assert "- fp8_584 pair at H=64 at least as fast as FlashMLA (T=1 11.5 vs 11.9, T=8 15.0 vs 14.4, " \
+    assert "- fp8_584 pair at H=64 at least as fast as FlashMLA at 64 heads (T=1 11.5 vs 11.9, T=8 15.0 vs 14.4, " \
            "T=64 41.0 vs 40.5 us): does NOT hold" in lines
+    # Fewer heads are held to FlashMLA's 64-head figures (it pads them to 64).
+    assert "- fp8_584 pair at H=16 at least as fast as FlashMLA at 64 heads (T=1 11.5 vs 11.9, T=8 15.0 vs 14.4, " \
+           "T=64 41.0 vs 40.5 us): does NOT hold" in lines
+    assert "- fp8_584 pair at H=32 vs FlashMLA: not measured" in lines
     assert "- fp8_584 pair at H=128 vs FlashMLA: not measured" in lines
     assert "- fp8_584 pair faster at H=16 than at H=64 at every T: does NOT hold" in lines  # equal is not faster
     assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (6): holds" in lines
     runs[64] = _run(64, slow, fast)
     assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (6): does NOT hold at " \
            "[(64, 1), (64, 8), (64, 64)]" in table(runs).splitlines()
+
+
+def _tune(buckets: list[tuple[int, int, dict[str, Any], float]]) -> dict[str, Any]:
+    """A `kvtune tune` result file's shape: per bucket, its T range and the best trial."""
+    return {"buckets": [{"bucket": {"dim": "T", "lo": lo, "hi": hi, "ctx": 0},
+                         "best": {"config": cfg, "time_us": us}} for lo, hi, cfg, us in buckets]}
+
+
+def test_tuned_configs_get_rows_of_their_own_and_decide_the_flashmla_lines(tmp_path: Path) -> None:
+    wg, hm = _cfg("wgmma", 4), _cfg("wgmma_hmpv", 4)
+    picks = {t: [{"config": wg, "us": {1: 12.0, 8: 15.0, 64: 42.0}[t]}] for t in (1, 8, 64)}
+    runs = {64: _run(64, picks, picks)}
+    # The tune's buckets hold T = 1, 8 and 64 (T=8 in 5-8), each faster than the picks and FlashMLA.
+    (tmp_path / "tune_decode_h64_fp8_584_fp8_584_h200.json").write_text(json.dumps(_tune(
+        [(1, 1, wg, 11.0), (2, 4, wg, 99.0), (5, 8, wg, 14.0), (33, 64, hm, 39.0)])))
+    tunes = load_tunes(tmp_path, [64, 128], ["fp8_584+fp8_584", "nvfp4_288+fp8_528"])
+    assert list(tunes) == [(64, "fp8_584+fp8_584")]
+    lines = table(runs, tunes).splitlines()
+    assert "| kvtune tuned config (`kvtune tune`) | fp8_584 + fp8_584 | 64 | 11.0 | 14.0 | 39.0 |" in lines
+    assert "| fp8_584+fp8_584 | 64 | 64 | wgmma, heads on M, QK/PV split, splits auto | 39.00 |" in lines
+    assert "- fp8_584 pair at H=64 at least as fast as FlashMLA at 64 heads (T=1 11.0 vs 11.9, T=8 14.0 vs 14.4, " \
+           "T=64 39.0 vs 40.5 us): holds" in lines
+    # Without the tune the same picks do not hold; the V4.1 line compares the runs' picks either way
+    # (equal here: not faster).
+    untuned = table(runs).splitlines()
+    assert not any(line.startswith("| kvtune tuned config") for line in untuned)
+    assert "- fp8_584 pair at H=64 at least as fast as FlashMLA at 64 heads (T=1 12.0 vs 11.9, T=8 15.0 vs 14.4, " \
+           "T=64 42.0 vs 40.5 us): does NOT hold" in untuned
+    for text in (lines, untuned):
+        assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (3): does NOT hold at " \
+               "[(64, 1), (64, 8), (64, 64)]" in text
 
 
 def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
