@@ -11,6 +11,7 @@
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
+#   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs (tiles shared by the two head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -37,7 +38,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|share|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -100,6 +101,19 @@ for phase in "$@"; do
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
+    ;;
+  share)  # MMA=wgmma_hmpvs (2026-12-05, compiled on the CPU only: never run): its GPU tests first (bit for bit
+    # the QK / PV split's outputs at 96 / 128 heads, three launches and a CUDA graph's replays; a hang in its
+    # spin-wait ends at the timeout), then both of issue 28's pairs at 128 heads (HEADS), T = 1, 8, 64, beside
+    # the split it shares the tiles of
+    timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "hmpvs" -p no:cacheprovider \
+      -rA >"$OUT/results/pytest_decode_hmpvs_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hmpvs_gpu_h200.log"
+    hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
+      --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 --only "QK/PV split, splits auto, L2 prefetch" \
+      --only "QK/PV split, shared tiles, splits auto, L2 prefetch" --out "$OUT/results" >"$OUT/bench_decode_hmpvs.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hmpvs.log"
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)

@@ -60,9 +60,10 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
         if cfg["MMA"] == "wgmma_hmws":  # the heads-on-M warp-specialised build: 64 heads, a producer warpgroup
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HM_WARPS,
                                                 heads_on_m=True, build="ws", prefetch=bool(cfg["PREFETCH"])))]
-        if cfg["MMA"] == "wgmma_hmpv":  # its QK / PV split: 64 heads, the QK warpgroup's 4 warps
+        if cfg["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs"):  # its QK / PV split: 64 heads, the QK warpgroup's 4 warps
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HMPV_WARPS,
-                                                heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"])))]
+                                                heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"]),
+                                                share=cfg["MMA"] == "wgmma_hmpvs"))]
         if cfg["MMA"] == "wgmma_ws":  # the warp-specialised build: 16 heads, producer warps beside the consumer
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)

@@ -75,22 +75,25 @@ WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 # in shared memory a tile than "wgmma_hm"'s symmetric warpgroups (S at N = 64, not two halves of
 # 32; O at N = 128, not 64). GPU tests pass (H200, 2026-12-05); seeded past 32 heads, PREFETCH=1.
 WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
+# MMA=wgmma_hmpvs: it with each tile converted once for both 64-head groups of 65-128 heads (the template's
+# `_share_put` / `_share_get`: the other copies it through L2). CPU-compiled only so far: not seeded.
 
 # The warp-specialised builds take PREFETCH (0 elsewhere on the wgmma path): 1 prefetches records
 # into L2 a tile further ahead than the producer loads them (benchmarks/README.md, "L2 prefetch").
 # On the H200 (2026-12-05) 3-7% faster at T = 64, 0-1 us slower at T <= 8: searched (the QK / PV
 # split's seed takes it).
-WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
+WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
 
-# The MMA values of the wgmma path: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program on N),
-# "wgmma_hm" (its heads-on-M build: 64 heads a program on M, each tile read and dequantized once
-# per 64 heads; two warpgroups; every pair whose buffers fit: `wgmma_hm_reads`), "wgmma_ws" (the
-# warp-specialised build), "wgmma_hmws" (the heads-on-M build as the consumer of a producer
-# warpgroup) and "wgmma_hmpv" (that with FlashMLA's QK / PV split of the consumer), all above. One
-# template renders the five kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv")
+# The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
+# on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
+# buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv" and "wgmma_hmpvs". One
+# template renders their five kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
 # The builds with 64 heads a program on the MMAs' M.
-WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv")
+WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
+# Each build's warps (the consumer's, or the QK warpgroup's); "wgmma" keeps its own 4 or 8.
+WGMMA_BUILD_WARPS: dict[str, int] = {"wgmma_hm": WGMMA_HM_WARPS, "wgmma_ws": WGMMA_WS_WARPS, "wgmma_hmws": WGMMA_HMWS_WARPS,
+                                     "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS}
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -155,6 +158,27 @@ def has_e2m1(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
     return get_format(comp_fmt).elem == "e2m1" or get_format(win_fmt).elem == "e2m1"
 
 
+def _wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int) -> str | None:
+    """Why the wgmma path cannot run `c` for this pair at `heads` (None: it can)."""
+    if not wgmma_reads(comp_fmt, win_fmt):
+        return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
+    if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
+        return (f"the heads-on-M build's buffers for {get_format(comp_fmt).name} + "
+                f"{get_format(win_fmt).name} exceed sm_90's shared memory")
+    if c["MMA"] == "wgmma_hmws" and wgmma_hmws_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+        return "the heads-on-M warp-specialised build's buffers exceed sm_90's shared memory"
+    if c["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs") and wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+        return "the QK / PV split build's buffers exceed sm_90's shared memory"
+    if c["MMA"] == "wgmma_hmpvs" and not WGMMA_HM_HEADS < heads <= 2 * WGMMA_HM_HEADS:
+        return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
+    if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
+        return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
+                f"{get_format(win_fmt).name} exceed sm_90's shared memory")
+    want = wgmma_config(c)
+    off = [k for k, v in want.as_dict().items() if c[k] != v]
+    return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
+
+
 def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int = 16) -> Space:
     """The decode search space for one record pair at `heads` local heads. The e2m1 backend is an
     axis only where a side has e2m1 elements (elsewhere the rendered module has no e2m1 code).
@@ -169,21 +193,7 @@ def space(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, heads: int 
         if wide and not is_wgmma(c):
             return f"the Triton tile takes at most {MAX_HEADS} heads ({heads} here): MMA=wgmma or wgmma_hm"
         if is_wgmma(c):
-            if not wgmma_reads(comp_fmt, win_fmt):
-                return f"the wgmma path reads {list(WGMMA_FORMATS)} records (no bf16 dims)"
-            if c["MMA"] == "wgmma_hm" and not wgmma_hm_reads(comp_fmt, win_fmt):
-                return (f"the heads-on-M build's buffers for {get_format(comp_fmt).name} + "
-                        f"{get_format(win_fmt).name} exceed sm_90's shared memory")
-            if c["MMA"] == "wgmma_hmws" and wgmma_hmws_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
-                return "the heads-on-M warp-specialised build's buffers exceed sm_90's shared memory"
-            if c["MMA"] == "wgmma_hmpv" and wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
-                return "the QK / PV split build's buffers exceed sm_90's shared memory"
-            if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
-                return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
-                        f"{get_format(win_fmt).name} exceed sm_90's shared memory")
-            want = wgmma_config(c)
-            off = [k for k, v in want.as_dict().items() if c[k] != v]
-            return f"the wgmma path runs {', '.join(f'{k}={want[k]}' for k in off)}" if off else None
+            return _wgmma_fits(c, comp_fmt, win_fmt, heads)
         # fp32 K tiles double the shared memory and registers of the dot operands.
         if c["DOT"] == "fp32" and c["BLOCK_N"] > 32:
             return "fp32 dot operands with BLOCK_N > 32 exceed shared memory"
@@ -266,18 +276,8 @@ def wgmma_config(cfg: Config) -> Config:
     is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
     WGMMA_HM_WARPS, the warp-specialised one WGMMA_WS_WARPS); another config comes onto the path
     with the seed's 4. The builds of WGMMA_PREFETCH_MMAS keep its PREFETCH too."""
-    if not is_wgmma(cfg):
-        mma, warps = "wgmma", WGMMA_WARPS
-    elif cfg["MMA"] == "wgmma_hm":
-        mma, warps = "wgmma_hm", WGMMA_HM_WARPS
-    elif cfg["MMA"] == "wgmma_ws":
-        mma, warps = "wgmma_ws", WGMMA_WS_WARPS
-    elif cfg["MMA"] == "wgmma_hmws":
-        mma, warps = "wgmma_hmws", WGMMA_HMWS_WARPS
-    elif cfg["MMA"] == "wgmma_hmpv":
-        mma, warps = "wgmma_hmpv", WGMMA_HMPV_WARPS
-    else:
-        mma, warps = "wgmma", cfg["num_warps"]
+    mma = cfg["MMA"] if is_wgmma(cfg) else "wgmma"
+    warps = WGMMA_BUILD_WARPS.get(mma, cfg["num_warps"] if is_wgmma(cfg) else WGMMA_WARPS)
     fixed = {k: v for k, v in WGMMA_FIXED.items() if not (k == "PREFETCH" and mma in WGMMA_PREFETCH_MMAS)}
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **fixed)
 

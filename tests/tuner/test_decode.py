@@ -678,7 +678,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
     assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
-                                                                          "wgmma_hmpv"}
+                                                                          "wgmma_hmpv", "wgmma_hmpvs"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -829,6 +829,43 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
             if c["MMA"] == "wgmma_hmpv"] == [("wgmma_hmpv", 1)]
     hmpv = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpv"))
     assert hmpv["num_warps"] == 4 and space(*pair, 128).infeasible(hmpv) is None
+
+
+def test_wgmma_hmpvs_shares_tiles_at_65_to_128_heads_and_builds_for_sm90() -> None:
+    # The QK / PV split sharing each tile between the two 64-head groups (MMA=wgmma_hmpvs): only
+    # where a launch has two groups, not seeded (no GPU run yet); compiled on the CPU for sm_90 it
+    # keeps the split's registers and shared memory (the converted tiles go out by st.global, the
+    # copies come in by cp.async), spilling 48 bytes (the split: 20).
+    from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
+
+    pair = ("fp8_584", "fp8_584")
+    cfg = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpvs", PREFETCH=1))
+    assert cfg["num_warps"] == 4 and cfg["PREFETCH"] == 1
+    for heads in (65, 96, 128):
+        assert space(*pair, heads).infeasible(cfg) is None, heads
+    for heads in (16, 64):
+        assert "65-128 heads" in (space(*pair, heads).infeasible(cfg) or ""), heads
+    assert all(c["MMA"] != "wgmma_hmpvs" for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90"))
+    got = _sm90_static_profile(pair, "MMA=wgmma_hmpvs,PREFETCH=1", wgmma_hmpv_shared_bytes(), max_spills=48)
+    producers = [lp for lp in got["loops"] if lp["role"] == "producer"]  # type: ignore[union-attr]
+    assert len(producers) == 2 and all(int(lp["cp.async"]) > 0 and int(lp["st.global"]) > 0 for lp in producers)
+
+
+def test_shared_tiles_grow_and_keep_the_buffers_graphs_captured() -> None:
+    # MMA=wgmma_hmpvs' buffers: reused while they hold the launch's tiles; a larger launch gets
+    # new ones (zeroed words: every tile's counter and ready word start together), the old stay.
+    from tuner.kernels.decode.launch import _SHARED_TILES, shared_tiles
+
+    dev = torch.device("cpu")
+    _SHARED_TILES.pop(dev, None)
+    ws, cnt, rdy = shared_tiles(10, dev)
+    assert ws.shape == (10, 4 * 64 * 128) and ws.dtype == torch.bfloat16 and cnt.shape == rdy.shape == (10,)
+    cnt += 3
+    assert shared_tiles(4, dev)[1] is cnt
+    ws2, cnt2, rdy2 = shared_tiles(11, dev)
+    assert cnt2.shape == (20,) and int(cnt2.abs().sum()) == 0 and int(rdy2.abs().sum()) == 0
+    assert len(_SHARED_TILES[dev]) == 2 and _SHARED_TILES[dev][0][1] is cnt
+    _SHARED_TILES.pop(dev)
 
 
 @pytest.mark.parametrize("pair, mma, max_spills", [(("fp8_584", "fp8_584"), "wgmma_hmws", 12),
@@ -1008,6 +1045,46 @@ def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: 
     for splits in (0, 1, 2):
         _poison(inp)
         assert verify_decode(comp, win, inp, run_decode(comp, win, hm.replace(NUM_SPLITS=splits), inp)) is None, splits
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_wgmma_hmpvs_matches_the_split_bit_for_bit_on_sm90(pair: tuple[str, str]) -> None:
+    """MMA=wgmma_hmpvs (each tile converted by one of the two 64-head groups, copied by the other)
+    gives the QK / PV split's outputs bit for bit: the copy is the conversion's bytes. At 96 and 128
+    heads, T = 1, 8, 64, splits auto, 4 and 1, sink on and off, launched three times (the counters
+    and ready words go on growing), then replayed from a CUDA graph; and checked against the
+    float64 reference."""
+    comp, win = pair
+    split = wgmma_config(default_config(comp, win).replace(MMA="wgmma_hmpv", PREFETCH=1))
+    shared = split.replace(MMA="wgmma_hmpvs")
+    for heads in (96, 128):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            for splits, sink in ((0, True), (4, False), (1, True)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                want = run_decode(comp, win, split.replace(NUM_SPLITS=splits), i)
+                for _ in range(3):
+                    _poison(i)
+                    got = run_decode(comp, win, shared.replace(NUM_SPLITS=splits), i)
+                    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (heads, t, splits, sink)
+                assert verify_decode(comp, win, i, got) is None, (heads, t, splits, sink)
+    cfg = shared.replace(NUM_SPLITS=4)
+    o, lse = torch.empty_like(want[0]), torch.empty_like(want[1])
+    args = (inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"])
+    kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg,
+              win_page_size=inp["win_page_size"], out=(o, lse))
+    want = decode(*args, **kw)
+    want = (want[0].clone(), want[1].clone())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode(*args, **kw)
+    for _ in range(3):
+        o.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

@@ -1164,10 +1164,58 @@ HMWS_PRODUCER_REGS = gl.constexpr(128)
 HMPV_PRODUCER_REGS = gl.constexpr(128)
 
 
+# SHARE (MMA=wgmma_hmpvs, 128 heads): the two 64-head programs of a (token, split) read the same
+# tiles; instead of each dequantizing every tile (the producer's 3.2-3.3 us a tile binds at 128
+# heads), the first to reach a tile converts it and also writes the bf16 tile (as its K buffer
+# holds it, 64 KiB) to a workspace, the other copies it from there (L2) into its own K buffer by
+# cp.async, no registers. Who is first: an int32 counter per (token, split, tile) that both add 1
+# to (even: the converter); the converter then raises the tile's ready word to its generation
+# (counter // 2) + 1 with a release, the copier acquire-spins on it. Counters and ready words only
+# grow, so a CUDA graph replays them with no reset; a copier waits only on a program that has
+# already claimed the tile, so no order of the programs can deadlock.
+SHARE_TILE = gl.constexpr(4 * BLOCK_N * CHUNK)  # bf16 elements of a tile in the workspace
+
+
+@gluon.jit
+def _share_offsets():
+    bl: gl.constexpr = _rows_l(gl.num_warps())
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, bl))
+    c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
+    return r[:, None] * CHUNK + c[None, :]
+
+
+@gluon.jit
+def _share_put(kv_smem, kz, dst, rdy, gen):
+    # The tile in K buffer kz..kz + 3 (written, fenced, handed over) to the workspace at dst, then
+    # its ready word raised to gen + 1 once every thread's stores are out.
+    off = _share_offsets()
+    for c in gl.static_range(4):
+        gl.store(dst + c * BLOCK_N * CHUNK + off, kv_smem.index(kz + c).load(_rows_l(gl.num_warps())))
+    gl.thread_barrier()
+    gl.atomic_max(rdy, gen + 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def _share_get(kv_smem, kz, src, rdy, gen):
+    # Waits for the tile's converter (ready word past gen), then copies its tile from the
+    # workspace into K buffer kz..kz + 3 (cp.async.cg: from L2, never a stale L1 line).
+    r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
+    while r <= gen:
+        r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
+    off = _share_offsets()
+    for c in gl.static_range(4):
+        async_copy.async_copy_global_to_shared(kv_smem.index(kz + c), src + c * BLOCK_N * CHUNK + off,
+                                               cache_modifier=".cg")
+    async_copy.commit_group()
+    async_copy.wait_group(0)
+
+
 @gluon.jit
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
-                        nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, kl: gl.constexpr, SHIFT: gl.constexpr,
-                        NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, NXT: gl.constexpr):
+                        nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, share_ws, share_cnt, share_rdy, tile0,
+                        kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
+                        NXT: gl.constexpr, SHARE: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_584), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
     # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
@@ -1186,21 +1234,41 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
         i = i0 + t - t0
         u = i & 1
         slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)  # past the list: -1
-        b0, sb0 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
-        b1, sb1 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
-        b2, sb2 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
-        tb, tsb, tx = _comp_fetch_tail(cache_ptr, slot, page_size, page_bytes, SHIFT)
-        if PREFETCH:  # after this tile's loads, which are the ones waited for next
-            _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-        kz = (t >> 31) + 4 * u
-        kv_smem.index(kz + 0).store(_comp_chunk(b0, sb0, L3))
-        kv_smem.index(kz + 1).store(_comp_chunk(b1, sb1, L3))
-        kv_smem.index(kz + 2).store(_comp_chunk(b2, sb2, L3))
-        _comp_tail_put(tb, tsb, tx, kv_smem.index(kz + 3))
-        fence_async_shared()
-        gl.thread_barrier()  # all of K written
-        mbarrier.arrive(ready.index(u))
+        mine = True  # without SHARE every tile is this program's to convert
+        gen = 0
+        at = share_ws
+        if SHARE:
+            n = gl.atomic_add(share_cnt + tile0 + i, 1, sem="relaxed", scope="gpu")
+            mine = (n & 1) == 0
+            gen = n >> 1
+            at = share_ws + (tile0 + i).to(gl.int64) * SHARE_TILE
+        if mine:
+            b0, sb0 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
+            b1, sb1 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 1, L3, SHIFT)
+            b2, sb2 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 2, L3, SHIFT)
+            tb, tsb, tx = _comp_fetch_tail(cache_ptr, slot, page_size, page_bytes, SHIFT)
+            if PREFETCH:  # after this tile's loads, which are the ones waited for next
+                _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
+            mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+            kz = (t >> 31) + 4 * u
+            kv_smem.index(kz + 0).store(_comp_chunk(b0, sb0, L3))
+            kv_smem.index(kz + 1).store(_comp_chunk(b1, sb1, L3))
+            kv_smem.index(kz + 2).store(_comp_chunk(b2, sb2, L3))
+            _comp_tail_put(tb, tsb, tx, kv_smem.index(kz + 3))
+            fence_async_shared()
+            gl.thread_barrier()  # all of K written
+            mbarrier.arrive(ready.index(u))
+            if SHARE:
+                _share_put(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
+        else:
+            if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
+                if PREFETCH:
+                    _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
+                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
+                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(ready.index(u))
         if PREFETCH:
             if NXT:
                 if t == t0:  # here, where no record is held in registers
@@ -1211,8 +1279,9 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
 
 @gluon.jit
 def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                   comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT: gl.constexpr,
-                   WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
+                   comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws, share_cnt,
+                   share_rdy, tile0, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
+                   SHARE: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     # The window list's first tile: its slots loaded now (none in this program's share: -1s,
     # masked off), its records prefetched once the compressed list's first tile is handed over.
@@ -1221,10 +1290,11 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
     else:
         w_first = gl.full([BLOCK_N], -1, gl.int32, kl)
     _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
-                       win_ptr, w_first, win_page_size, win_page_bytes, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH, True)
+                       win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt, share_rdy, tile0, kl,
+                       COMP_SHIFT, WIN_SHIFT, PREFETCH, True, SHARE)
     _hmws_produce_comp(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
-                       kv_smem, ready, empty, win_ptr, w_first, win_page_size, win_page_bytes, kl, WIN_SHIFT,
-                       WIN_SHIFT, PREFETCH, False)
+                       kv_smem, ready, empty, win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt,
+                       share_rdy, tile0, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH, False, SHARE)
 
 
 @gluon.jit
@@ -1309,8 +1379,8 @@ def decode_wgmma_hmws_kernel(
         (_hmws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
                           w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
-                          WIN_SHIFT, PREFETCH)),
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None,
+                          None, 0, COMP_SHIFT, WIN_SHIFT, PREFETCH, False)),
     ], [HMWS_PRODUCER_WARPS], [HMWS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1496,13 +1566,16 @@ def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_s
 def decode_wgmma_hmpv_kernel(
     q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2, share_ws, share_cnt, share_rdy,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the QK warpgroup; the PV
     # warpgroup and the producer's HMWS_PRODUCER_WARPS come with the warp-specialised region), HB = 64;
-    # PREFETCH as decode_wgmma_hmws_kernel's.
+    # PREFETCH as decode_wgmma_hmws_kernel's. SHARE (two head groups exactly: 65-128 heads): the
+    # groups' producers share each tile's conversion (_share_put / _share_get) through share_ws
+    # (bf16 [tiles, SHARE_TILE]), share_cnt and share_rdy (int32 [tiles], zeroed once, never reset),
+    # a tile numbered (token * splits + split) * tiles_per_prog + its number in the program.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 64)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
@@ -1555,8 +1628,9 @@ def decode_wgmma_hmpv_kernel(
         (_hmpv_pv, (o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_here, kv_smem, p_smem, a_smem, f_smem, empty, p_full,
                     p_free, fin, HB, SPLIT)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, COMP_SHIFT,
-                          WIN_SHIFT, PREFETCH)),
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws,
+                          share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog, COMP_SHIFT,
+                          WIN_SHIFT, PREFETCH, SHARE)),
     ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMPV_PRODUCER_REGS])
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
     if SPLIT:

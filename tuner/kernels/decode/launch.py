@@ -410,14 +410,19 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     mod = _wgmma_module(cf.name, wf.name)
     kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
               "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
-              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
+              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
+    pv = cfg["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs")
+    share = cfg["MMA"] == "wgmma_hmpvs" and groups == 2
+    ws, cnt, rdy = shared_tiles(n_tok * parts * per, q.device) if share else (None, None, None)
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
+        *((ws, cnt, rdy) if pv else ()),
         HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
+        **({"SHARE": share} if pv else {}),
     )
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
@@ -425,6 +430,24 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         # after its key loop (sm_90 has PDL).
         launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
                        attn_sink is not None, pdl=True)
+
+
+# Per device, the shared-tile buffers of MMA=wgmma_hmpvs (its kernel's share_ws, share_cnt,
+# share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and only
+# grow (the kernel needs no reset, so CUDA graphs replay it); a launch with more tiles gets larger
+# buffers, and the smaller ones stay alive for graphs that captured them. One stream at a time:
+# two launches in flight at once would share the words.
+_SHARED_TILES: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+
+
+def shared_tiles(n_tiles: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Buffers for `n_tiles` shared tiles on `device` (the largest so far if it holds them)."""
+    held = _SHARED_TILES.setdefault(device, [])
+    if not held or held[-1][1].numel() < n_tiles:
+        n = max(n_tiles, 2 * held[-1][1].numel() if held else 0)
+        held.append((torch.empty(n, 4 * WGMMA_BLOCK_N * 128, dtype=torch.bfloat16, device=device),
+                     torch.zeros(n, dtype=torch.int32, device=device), torch.zeros(n, dtype=torch.int32, device=device)))
+    return held[-1]
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,

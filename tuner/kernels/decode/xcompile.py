@@ -24,6 +24,7 @@ ARG_TYPES: dict[str, str] = {
     "stride_qh": "i32", "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32",
     "comp_splits": "i32", "tiles_per_prog": "i32", "n_split": "i32", "scale_log2": "fp32",
     "comp_len_ptr": "*i32", "win_len_ptr": "*i32", "comp_len_div": "i32", "win_len_div": "i32",
+    "share_ws": "*bf16", "share_cnt": "*i32", "share_rdy": "*i32",
 }
 
 # Multiples of 16 at the seed shape (16 heads, top-k 512, window 128, 64-record pages, contiguous q
@@ -79,6 +80,9 @@ def xcompile_cases() -> list[XCompileCase]:
                             build="ws", prefetch=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
                             prefetch=True))
+    # The split sharing each tile between two head groups (MMA=wgmma_hmpvs), the V4 pair.
+    cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
+                            prefetch=True, share=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -100,7 +104,8 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
-               heads_on_m: bool = False, build: str = "", prefetch: bool = False, trace: bool = False) -> XCompileCase:
+               heads_on_m: bool = False, build: str = "", prefetch: bool = False, trace: bool = False,
+               share: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
     heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
@@ -117,12 +122,13 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         kernel_name=name,
         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
-                    **({"PREFETCH": prefetch} if build else {})},
+                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" else {})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
         + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else "")
+        + (" shared tiles" if share else "")
         + (" trace" if trace else ""),
         aligned_ints=ALIGNED_INTS,
     )
