@@ -12,6 +12,7 @@
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs (tiles shared by the two head groups): GPU tests, timings
+#   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -38,7 +39,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|share|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|share|resident|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -114,6 +115,16 @@ for phase in "$@"; do
       --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 --only "QK/PV split, splits auto, L2 prefetch" \
       --only "QK/PV split, shared tiles, splits auto, L2 prefetch" --out "$OUT/results" >"$OUT/bench_decode_hmpvs.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hmpvs.log"
+    ;;
+  resident)  # issue 28's FlashMLA figures at 128 heads were taken with the records in L2: kvtune's picks at 128 heads
+    # (HEADS) the same way (one input set, launched again and again), T = 1, 8, 64, the fp8_584 pair, for a like-for-like
+    # reading beside the table's DRAM timings (results/resident/decode_hm_h200.{md,json})
+    hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 \
+      --records l2 --only "wgmma 1 warpgroup, splits auto" --only "warp-specialised, splits auto" \
+      --only "QK/PV split, splits auto, L2 prefetch" --only "QK/PV split, shared tiles, splits auto, L2 prefetch" \
+      --out "$OUT/results/resident" >"$OUT/bench_decode_resident.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_resident.log"
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
