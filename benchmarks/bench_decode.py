@@ -30,8 +30,9 @@ from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, wr
 from catalog.core import Config  # noqa: E402
 from tuner.formats import alloc_cache, get_format, quantize, write_slots  # noqa: E402
 from catalog.codecs import e2m1_backend_legality  # noqa: E402
-from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, WGMMA_WARPS, cfg_backends, decode_bytes,  # noqa: E402
-                                     default_config, is_wgmma, space, wgmma_config, wgmma_legality, wgmma_reads)
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, cfg_backends, decode_bytes,  # noqa: E402
+                                     default_config, space)
+from catalog.families.decode_wgmma import WGMMA_WARPS, is_wgmma, wgmma_config, wgmma_legality, wgmma_reads  # noqa: E402
 from tuner.kernels.decode import FAMILY, decode, resolve_splits, max_partials, verify_decode, workspace_numel
 from tuner.reference import gather_dequant  # noqa: E402
 from tuner.targets import detect  # noqa: E402

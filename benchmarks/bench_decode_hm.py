@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_decode import PAGE, Shape, _pool, _sets, _time  # noqa: E402
 from benchmarks.common import provenance  # noqa: E402
-from catalog.families.decode import decode_bytes, default_config, space, wgmma_config  # noqa: E402
+from catalog.families.decode import decode_bytes, default_config, space  # noqa: E402
+from catalog.families.decode_wgmma import wgmma_config  # noqa: E402
 from tuner.kernels.decode import decode, verify_decode  # noqa: E402
 
 PAIR = ("fp8_584", "fp8_584")

@@ -140,7 +140,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
 
     import tuner.kernels.decode.launch as launch
     from benchmarks.bench_decode import PAGE, Shape, _sets
-    from catalog.families.decode import decode_bytes, default_config, wgmma_config
+    from catalog.families.decode import decode_bytes, default_config
+    from catalog.families.decode_wgmma import wgmma_config
     from tuner.kernels.decode import decode, verify_decode
 
     shape = Shape(False, heads)
@@ -229,7 +230,7 @@ def main() -> int:
     import torch
 
     from benchmarks.common import provenance
-    from catalog.families.decode import WGMMA_PREFETCH_MMAS
+    from catalog.families.decode_wgmma import WGMMA_PREFETCH_MMAS
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         print("decode_timeline runs on an sm_90 GPU only (--static compiles on the CPU)", file=sys.stderr)

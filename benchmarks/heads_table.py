@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from catalog.families.decode import is_wgmma  # noqa: E402
+from catalog.families.decode_wgmma import is_wgmma  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TS = (1, 8, 64)

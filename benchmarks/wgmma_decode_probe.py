@@ -8,7 +8,8 @@ import torch
 
 from benchmarks.common import provenance, time_us
 from catalog.core import Config
-from catalog.families.decode import AUTO, default_config, wgmma_config
+from catalog.families.decode import AUTO, default_config
+from catalog.families.decode_wgmma import wgmma_config
 from tuner.kernels.decode import make_decode_inputs, run_decode, verify_decode, wgmma_plan
 
 PAIRS = (("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("fp8_528", "fp8_528"))

@@ -18,7 +18,9 @@ from tests.golden_files import check_golden
 from catalog.core import Bucket, Config
 from tuner.formats import alloc_cache, page_bytes, quantize, write_slots
 from catalog.codecs import e2m1_backend_legality
-from catalog.families.decode import DECODE_BUCKETS, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode_key, default_config, is_wgmma, render_variant, render_wgmma, space, wgmma_config, wgmma_reads
+from catalog.families.decode import (DECODE_BUCKETS, ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, decode_key,
+                                     default_config, render_variant, render_wgmma, space)
+from catalog.families.decode_wgmma import is_wgmma, wgmma_config, wgmma_reads
 from tuner.kernels.decode import FAMILY, decode, make_decode_inputs, max_partials, run_decode, split_plan, verify_decode, wgmma_plan, workspace_numel
 from tuner.reference import compare, decode_reference
 from tuner.targets import GPU_TARGETS
@@ -640,7 +642,7 @@ def test_wgmma_plan_covers_every_tile_once() -> None:
 
 
 def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
-    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
+    from catalog.families.decode_wgmma import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
 
     one, two = _wgmma("nvfp4_288", "fp8_528"), _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8)
     pair = ("nvfp4_288", "fp8_528")
@@ -708,7 +710,7 @@ def _sm90_static_profile(pair: tuple[str, str], cfg_text: str, predicted_shared:
     the `max_spills` bytes its H200 timings were taken with), at most 255 registers, shared memory
     from `predicted_shared` to that plus the compiler's slack (and within sm_90's opt-in limit),
     records by cp.async (LDGSTS; `cp_async=False`: by plain loads), MMAs by wgmma. Its row."""
-    from catalog.families.decode import SM90_SHARED_MAX, WGMMA_SHARED_SLACK
+    from catalog.families.decode_wgmma import SM90_SHARED_MAX, WGMMA_SHARED_SLACK
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "static_profile.py"
@@ -737,7 +739,7 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
     # `wgmma_shared_bytes` predicts it, the records travel by cp.async (LDGSTS), and the
     # registers hold without spilling, as the H200 timings in
     # benchmarks/results/decode_cp_async.md assume.
-    from catalog.families.decode import wgmma_heads, wgmma_shared_bytes
+    from catalog.families.decode_wgmma import wgmma_heads, wgmma_shared_bytes
 
     hb = wgmma_heads(_wgmma(*pair).replace(num_warps=warps), 64, *pair)
     _sm90_static_profile(pair, "MMA=wgmma" + (f",num_warps={warps}" if warps != 4 else ""),
@@ -748,7 +750,8 @@ def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device
     # MMA=wgmma_hm: every pair the wgmma path reads (the V4.1 pair's lists in one stage region),
     # two warpgroups, the path's fixed parameters; the tuner seeds it past 32 heads; a launch
     # refuses it off sm_90.
-    from catalog.families.decode import SPEC, WGMMA_HM_WARPS, decode_key
+    from catalog.families.decode import SPEC, decode_key
+    from catalog.families.decode_wgmma import WGMMA_HM_WARPS
 
     hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hm"))
     assert hm["MMA"] == "wgmma_hm" and hm["num_warps"] == WGMMA_HM_WARPS and hm["BLOCK_N"] == 64
@@ -783,7 +786,7 @@ def test_wgmma_heads_on_m_build_fits_sm90_and_does_not_spill(pair: tuple[str, st
     # The V4 record pair (241 registers, 221696 bytes) and the V4.1 pair, its two lists in one
     # stage region (241 registers, 215552 bytes; static, 2026-12-04). fp8_584 beside fp8_528 is
     # no pair of the wgmma path (its 16-head buffers exceed the limit), so of no build of it.
-    from catalog.families.decode import wgmma_hm_reads, wgmma_hm_shared_bytes
+    from catalog.families.decode_wgmma import wgmma_hm_reads, wgmma_hm_shared_bytes
 
     assert wgmma_hm_reads(*pair) and wgmma_hm_reads("fp8_528", "fp8_528") and not wgmma_hm_reads("fp8_584", "fp8_528")
     _sm90_static_profile(pair, "MMA=wgmma_hm", wgmma_hm_shared_bytes(*pair))
@@ -798,7 +801,7 @@ def test_wgmma_hmws_build_fits_sm90(pair: tuple[str, str]) -> None:
     # PREFETCH. The V4 pair's consumer spills 32 bytes again since the 16-instruction e4m3
     # conversion (none in its producer; static, 2026-12-05), with which it timed 54.4 us at 128 heads
     # T=64 against 55.6-56.3 before (decode_hm_producer8_ab_h200.md's base, decode_hm_prefetch2_h200.md).
-    from catalog.families.decode import wgmma_hmws_shared_bytes
+    from catalog.families.decode_wgmma import wgmma_hmws_shared_bytes
 
     got = _sm90_static_profile(pair, "MMA=wgmma_hmws", wgmma_hmws_shared_bytes(),
                                max_spills=32 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
@@ -821,7 +824,8 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     # convert_layout 340 and 256, 3-9% slower on the H200: results/decode_hmpv_store_smem_ab_h200.md).
     # Seeded past 32 heads with PREFETCH=1 since its GPU tests
     # (test_wgmma_heads_on_m_matches_reference_on_sm90) passed (2026-12-05).
-    from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
+    from catalog.families.decode import SPEC, decode_key
+    from catalog.families.decode_wgmma import wgmma_hmpv_shared_bytes
 
     _sm90_static_profile(pair, "MMA=wgmma_hmpv", wgmma_hmpv_shared_bytes(),
                          max_spills=38 if pair == ("fp8_584", "fp8_584") else 0, cp_async=False)
@@ -836,7 +840,8 @@ def test_wgmma_hmpvs_shares_tiles_at_65_to_128_heads_and_builds_for_sm90() -> No
     # where a launch has two groups, not seeded (no GPU run yet); compiled on the CPU for sm_90 it
     # keeps the split's registers and shared memory (the converted tiles go out by st.global, the
     # copies come in by cp.async), spilling 48 bytes (the split: 20).
-    from catalog.families.decode import SPEC, decode_key, wgmma_hmpv_shared_bytes
+    from catalog.families.decode import SPEC, decode_key
+    from catalog.families.decode_wgmma import wgmma_hmpv_shared_bytes
 
     pair = ("fp8_584", "fp8_584")
     cfg = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpvs", PREFETCH=1))
@@ -881,8 +886,9 @@ def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str
     # conversions (the V4 pair's heads-on-M build 12, 24 before; the V4.1 pair's QK / PV split
     # none: see test_wgmma_hmpv_build_fits_sm90). PREFETCH is an axis of these builds alone (the
     # wgmma path fixes it at 0 elsewhere); seeded past 32 heads on the QK / PV split alone.
-    from catalog.families.decode import (SPEC, WGMMA_MMAS, WGMMA_PREFETCH_MMAS, decode_key, wgmma_hmpv_shared_bytes,
-                                         wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
+    from catalog.families.decode import SPEC, decode_key
+    from catalog.families.decode_wgmma import (WGMMA_MMAS, WGMMA_PREFETCH_MMAS, wgmma_hmpv_shared_bytes,
+                                               wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
 
     predicted = {"wgmma_hmws": wgmma_hmws_shared_bytes(), "wgmma_hmpv": wgmma_hmpv_shared_bytes(),
                  "wgmma_ws": wgmma_ws_shared_bytes(*pair)}[mma]
@@ -903,8 +909,9 @@ def test_wgmma_ws_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -
     # MMA=wgmma_ws: one consumer warpgroup (its warps fixed at 4), the path's fixed parameters;
     # every issue pair (a mixed one shares one region of stage rows), seeded last; refused where
     # its buffers exceed sm_90's shared memory, and off sm_90.
-    from catalog.families.decode import (SM90_SHARED_MAX, SPEC, WGMMA_SHARED_SLACK, WGMMA_WS_WARPS,
-                                         wgmma_shared_bytes, wgmma_ws_reads, wgmma_ws_shared_bytes)
+    from catalog.families.decode import SPEC
+    from catalog.families.decode_wgmma import (SM90_SHARED_MAX, WGMMA_SHARED_SLACK, WGMMA_WS_WARPS,
+                                               wgmma_shared_bytes, wgmma_ws_reads, wgmma_ws_shared_bytes)
 
     ws = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_ws"))
     assert ws["MMA"] == "wgmma_ws" and ws["num_warps"] == WGMMA_WS_WARPS and ws["BLOCK_N"] == 64
@@ -941,7 +948,7 @@ def test_wgmma_ws_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> N
     # (12 warps of 168 registers at launch; setmaxnreg gives the 8 producer warps 152 and the
     # consumer warpgroup 200), shared memory as `wgmma_ws_shared_bytes` predicts it (2026-12-04:
     # the V4 pair 231976 bytes of 232448, the V4.1 pair 225832), records by cp.async, MMAs by wgmma.
-    from catalog.families.decode import wgmma_ws_shared_bytes
+    from catalog.families.decode_wgmma import wgmma_ws_shared_bytes
 
     got = _sm90_static_profile(pair, "MMA=wgmma_ws", wgmma_ws_shared_bytes(*pair))
     assert int(got["prefetch"]) == 0, got  # none without PREFETCH

@@ -353,7 +353,8 @@ def test_the_familys_seed_configs_are_measured_right_after_the_default() -> None
     # whole grid itself), whatever the sampler would draw; nothing is seeded where it cannot run.
     # SYNTHETIC times: wgmma 1 us, every other config 5 us or more.
     from tuner.bench.simulation import new_table, table_put
-    from catalog.families.decode import decode_key, wgmma_config
+    from catalog.families.decode import decode_key
+    from catalog.families.decode_wgmma import wgmma_config
     from catalog.families.decode import space as decode_space
 
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")

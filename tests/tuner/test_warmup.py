@@ -312,7 +312,8 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
     # stores (`modules`), then every T served for real on small pools and on a compressed pool over
     # 2 GiB: nothing may compile.
     from tuner.kernels import get_family
-    from catalog.families.decode import decode_key, default_config, wgmma_config
+    from catalog.families.decode import decode_key, default_config
+    from catalog.families.decode_wgmma import wgmma_config
     from tuner.targets import detect
     from tuner.warmup import warm
 

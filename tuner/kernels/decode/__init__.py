@@ -20,13 +20,13 @@ from typing import Any, Sequence
 
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.decode import (AUTO, DECODE_BUCKETS, DECODE_FORMATS, DECODE_PAGE_SIZE,  # noqa: F401
-                                     ISSUE_PAIRS, MAX_HEADS, MAX_SPLITS, PDL_TARGETS, TEMPLATE, WGMMA_BLOCK_N,
-                                     WGMMA_FIXED, WGMMA_FORMATS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS,
-                                     WGMMA_HM_WARPS, WGMMA_HMPV_WARPS, WGMMA_ILLEGAL,
-                                     WGMMA_MERGE_BACKEND, WGMMA_WARPS,
-                                     WGMMA_TEMPLATE, DecodeSpec, _fmt512, cfg_backends, decode_bytes, decode_key,
-                                     default_config, has_e2m1, render_variant, render_wgmma, space, wgmma_config,
-                                     wgmma_heads, wgmma_hm_reads, wgmma_legality, wgmma_reads)
+                                     ISSUE_PAIRS, MAX_HEADS, MAX_SPLITS, PDL_TARGETS, TEMPLATE, DecodeSpec, _fmt512,
+                                     cfg_backends, decode_bytes, decode_key, default_config, has_e2m1,
+                                     render_variant, render_wgmma, space)
+from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_FIXED, WGMMA_FORMATS, WGMMA_HEADS,  # noqa: F401
+                                           WGMMA_HEADS_2WG, WGMMA_HM_HEADS, WGMMA_HM_WARPS, WGMMA_HMPV_WARPS,
+                                           WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND, WGMMA_WARPS, WGMMA_TEMPLATE,
+                                           wgmma_config, wgmma_heads, wgmma_hm_reads, wgmma_legality, wgmma_reads)
 from catalog.formats import RecordFormat, get_format, page_bytes  # noqa: F401
 from tuner.kernels.base import KernelFamily, XCompileCase, sm_count  # noqa: F401
 from tuner.kernels.decode import xcompile

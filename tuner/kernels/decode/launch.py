@@ -16,10 +16,11 @@ import triton
 
 from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
-from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS,
-                                     WGMMA_ILLEGAL, WGMMA_MAX_HEADS, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
-                                     _fmt512, config_constexprs, has_e2m1, is_wgmma, render_variant, render_wgmma,
-                                     space, wgmma_heads, wgmma_legality)
+from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEADS, _fmt512, config_constexprs,
+                                     has_e2m1, render_variant, render_wgmma, space)
+from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS, WGMMA_ILLEGAL,
+                                           WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS, is_wgmma, wgmma_heads,
+                                           wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count

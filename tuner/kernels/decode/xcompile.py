@@ -6,9 +6,9 @@ kernel's own parameter list (`tuner.kernels.signature`), typed by ARG_TYPES."""
 from __future__ import annotations
 
 from catalog.core import Config
-from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS,
-                                     WGMMA_HM_WARPS, cfg_backends, config_constexprs, default_config, render_variant,
-                                     render_wgmma, wgmma_reads)
+from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, config_constexprs,
+                                     default_config, render_variant, render_wgmma)
+from catalog.families.decode_wgmma import WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS, WGMMA_HM_WARPS, wgmma_reads
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
 from tuner.kernels.decode.launch import combine_tile
