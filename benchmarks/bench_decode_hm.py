@@ -65,9 +65,10 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               "warp-specialised, splits auto, L2 prefetch": ws.replace(PREFETCH=1),
               "heads on M warp-specialised, splits auto, L2 prefetch": hmws.replace(PREFETCH=1),
               "heads on M QK/PV split, splits auto, L2 prefetch": hmpv.replace(PREFETCH=1),
-              # Its tiles converted once for both 64-head groups (65-128 heads only).
+              # Each tile converted once for all head groups (65-128 heads; the warp-specialised one past 16).
               "heads on M QK/PV split, shared tiles, splits auto, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvs",
-                                                                                            PREFETCH=1)}
+                                                                                            PREFETCH=1),
+              "warp-specialised, shared tiles, splits auto": ws.replace(MMA="wgmma_wss")}
     sp = space(*pair, heads)
     return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 

@@ -11,7 +11,7 @@
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
-#   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs (tiles shared by the two head groups): GPU tests, timings
+#   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs / wgmma_wss (tiles shared by head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
@@ -103,18 +103,18 @@ for phase in "$@"; do
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
     done
     ;;
-  share)  # MMA=wgmma_hmpvs (2026-12-05, compiled on the CPU only: never run): its GPU tests first (bit for bit
-    # the QK / PV split's outputs at 96 / 128 heads, three launches and a CUDA graph's replays; a hang in its
-    # spin-wait ends at the timeout), then both of issue 28's pairs at 128 heads (HEADS), T = 1, 8, 64, beside
-    # the split it shares the tiles of
-    timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "hmpvs" -p no:cacheprovider \
-      -rA >"$OUT/results/pytest_decode_hmpvs_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hmpvs_gpu_h200.log"
+  share)  # the builds converting each tile once for all head groups (MMA=wgmma_hmpvs, wgmma_wss; 2026-12-05, compiled
+    # on the CPU only: never run): their GPU tests first (bit for bit their base builds' outputs at two head groups
+    # and more, three launches each, CUDA-graph replays; a hang in a spin-wait ends at the timeout), then both of
+    # issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the builds they share the tiles of
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "shared_tile" -p no:cacheprovider \
+      -rA >"$OUT/results/pytest_decode_shared_tiles_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_shared_tiles_gpu_h200.log"
     hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
     timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
       --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 --only "QK/PV split, splits auto, L2 prefetch" \
-      --only "QK/PV split, shared tiles, splits auto, L2 prefetch" --out "$OUT/results" >"$OUT/bench_decode_hmpvs.log" 2>&1
-    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_hmpvs.log"
+      --only "warp-specialised, splits auto" --only "shared tiles" --out "$OUT/results" >"$OUT/bench_decode_shared.log" 2>&1
+    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_shared.log"
     ;;
   resident)  # issue 28's FlashMLA figures at 128 heads were taken with the records in L2: kvtune's picks at 128 heads
     # (HEADS) the same way (one input set, launched again and again), T = 1, 8, 64, the fp8_584 pair, for a like-for-like

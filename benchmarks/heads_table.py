@@ -60,7 +60,8 @@ def tuned(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
 def _label(cfg: dict[str, Any]) -> str:
     if is_wgmma(cfg):
         wg = {"wgmma_hm": "heads on M", "wgmma_ws": "warp-specialised", "wgmma_hmws": "heads on M, warp-specialised",
-              "wgmma_hmpv": "heads on M, QK/PV split"}.get(
+              "wgmma_hmpv": "heads on M, QK/PV split", "wgmma_hmpvs": "heads on M, QK/PV split, shared tiles",
+              "wgmma_wss": "warp-specialised, shared tiles"}.get(
             cfg["MMA"], "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup")
         splits = cfg["NUM_SPLITS"] or "auto"
         return f"wgmma, {wg}, splits {splits}"

@@ -64,8 +64,9 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HMPV_WARPS,
                                                 heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_hmpvs"))]
-        if cfg["MMA"] == "wgmma_ws":  # the warp-specialised build: 16 heads, producer warps beside the consumer
-            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"])))]
+        if cfg["MMA"] in ("wgmma_ws", "wgmma_wss"):  # the warp-specialised build: 16 heads, producer warps beside
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"]),
+                                                share=cfg["MMA"] == "wgmma_wss"))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
             # One warpgroup unless the text asks for num_warps=8 (two, at their 32 heads).
             warps = int(cfg["num_warps"]) if "num_warps" in text else D.WGMMA_WARPS

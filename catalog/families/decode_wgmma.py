@@ -69,25 +69,28 @@ WGMMA_HMWS_WARPS = WGMMA_HM_WARPS  # the consumer's
 # in shared memory a tile than "wgmma_hm"'s symmetric warpgroups (S at N = 64, not two halves of
 # 32; O at N = 128, not 64). GPU tests pass (H200, 2026-12-05); seeded past 32 heads, PREFETCH=1.
 WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come with the region
-# MMA=wgmma_hmpvs: it with each tile converted once for both 64-head groups of 65-128 heads (the template's
-# `_share_put` / `_share_get`: the other copies it through L2). CPU-compiled only so far: not seeded.
+# The builds that convert each tile once for all head groups of a launch (the template's `_share_claim`,
+# `_share_put`, `_share_get`: the other groups copy it through L2): "wgmma_hmpvs", the QK / PV split's
+# (65-128 heads: two 64-head groups), and "wgmma_wss", the warp-specialised build's (past 16 heads).
+# CPU-compiled only so far (2026-12-05): not seeded.
+WGMMA_SHARE_MMAS: tuple[str, ...] = ("wgmma_hmpvs", "wgmma_wss")
 
 # The warp-specialised builds take PREFETCH (0 elsewhere on the wgmma path): 1 prefetches records
 # into L2 a tile further ahead than the producer loads them (benchmarks/README.md, "L2 prefetch").
 # On the H200 (2026-12-05) 3-7% faster at T = 64, 0-1 us slower at T <= 8: searched (the QK / PV
 # split's seed takes it).
-WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
+WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss")
 
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
-# buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv" and "wgmma_hmpvs". One
-# template renders their five kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
+# buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" / "wgmma_wss"
+# (WGMMA_SHARE_MMAS). One template renders their five kernels.
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss")
 # The builds with 64 heads a program on the MMAs' M.
 WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
 # Each build's warps (the consumer's, or the QK warpgroup's); "wgmma" keeps its own 4 or 8.
 WGMMA_BUILD_WARPS: dict[str, int] = {"wgmma_hm": WGMMA_HM_WARPS, "wgmma_ws": WGMMA_WS_WARPS, "wgmma_hmws": WGMMA_HMWS_WARPS,
-                                     "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS}
+                                     "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS, "wgmma_wss": WGMMA_WS_WARPS}
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -116,7 +119,9 @@ def wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
         return "the QK / PV split build's buffers exceed sm_90's shared memory"
     if c["MMA"] == "wgmma_hmpvs" and not WGMMA_HM_HEADS < heads <= 2 * WGMMA_HM_HEADS:
         return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
-    if c["MMA"] == "wgmma_ws" and not wgmma_ws_reads(comp_fmt, win_fmt):
+    if c["MMA"] == "wgmma_wss" and heads <= WGMMA_HEADS:
+        return f"tiles are shared between head groups of {WGMMA_HEADS}: more than {WGMMA_HEADS} heads, not {heads}"
+    if c["MMA"] in ("wgmma_ws", "wgmma_wss") and not wgmma_ws_reads(comp_fmt, win_fmt):
         return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                 f"{get_format(win_fmt).name} exceed sm_90's shared memory")
     want = wgmma_config(c)

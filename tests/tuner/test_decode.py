@@ -680,7 +680,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
     assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
-                                                                          "wgmma_hmpv", "wgmma_hmpvs"}
+                                                                          "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -835,23 +835,35 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
     assert hmpv["num_warps"] == 4 and space(*pair, 128).infeasible(hmpv) is None
 
 
-def test_wgmma_hmpvs_shares_tiles_at_65_to_128_heads_and_builds_for_sm90() -> None:
-    # The QK / PV split sharing each tile between the two 64-head groups (MMA=wgmma_hmpvs): only
-    # where a launch has two groups, not seeded (no GPU run yet); compiled on the CPU for sm_90 it
-    # keeps the split's registers and shared memory (the converted tiles go out by st.global, the
-    # copies come in by cp.async), spilling 48 bytes (the split: 20).
+@pytest.mark.parametrize("build, base, heads_ok, heads_not, max_spills", [
+    ("wgmma_hmpvs,PREFETCH=1", "wgmma_hmpv,PREFETCH=1", (65, 96, 128), (16, 64), 48),
+    ("wgmma_wss", "wgmma_ws", (17, 32, 64, 128), (8, 16), 0)], ids=["hmpvs", "wss"])
+def test_shared_tile_builds_take_two_head_groups_or_more_and_build_for_sm90(build: str, base: str,
+                                                                            heads_ok: tuple[int, ...],
+                                                                            heads_not: tuple[int, ...],
+                                                                            max_spills: int) -> None:
+    # The builds converting each tile once for all head groups (WGMMA_SHARE_MMAS: the QK / PV
+    # split's, 65-128 heads, and the warp-specialised one's, past 16): only where a launch has two
+    # groups or more, not seeded (no GPU run yet); compiled on the CPU for sm_90 each keeps its
+    # base build's registers and shared memory, its producer loops storing the converted tiles
+    # (st.global) and copying the others' (cp.async); spills: the split's 48 bytes (its base 20),
+    # the warp-specialised one's none.
     from catalog.families.decode import SPEC, decode_key
-    from catalog.families.decode_wgmma import wgmma_hmpv_shared_bytes
+    from catalog.families.decode_wgmma import wgmma_hmpv_shared_bytes, wgmma_ws_shared_bytes
 
     pair = ("fp8_584", "fp8_584")
-    cfg = wgmma_config(default_config(*pair).replace(MMA="wgmma_hmpvs", PREFETCH=1))
-    assert cfg["num_warps"] == 4 and cfg["PREFETCH"] == 1
-    for heads in (65, 96, 128):
+    mma, _, prefetch = build.partition(",PREFETCH=")
+    cfg = wgmma_config(default_config(*pair).replace(MMA=mma, PREFETCH=int(prefetch or 0)))
+    assert cfg["num_warps"] == 4
+    for heads in heads_ok:
         assert space(*pair, heads).infeasible(cfg) is None, heads
-    for heads in (16, 64):
-        assert "65-128 heads" in (space(*pair, heads).infeasible(cfg) or ""), heads
-    assert all(c["MMA"] != "wgmma_hmpvs" for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90"))
-    got = _sm90_static_profile(pair, "MMA=wgmma_hmpvs,PREFETCH=1", wgmma_hmpv_shared_bytes(), max_spills=48)
+    for heads in heads_not:
+        assert "tiles are shared between" in (space(*pair, heads).infeasible(cfg) or ""), heads
+    assert all(c["MMA"] != mma for c in SPEC.seed_configs(decode_key(*pair, "sm_90", 128), "sm_90"))
+    shared = wgmma_hmpv_shared_bytes() if mma == "wgmma_hmpvs" else wgmma_ws_shared_bytes(*pair)
+    got = _sm90_static_profile(pair, f"MMA={build}", shared, max_spills=max_spills)
+    was = _sm90_static_profile(pair, f"MMA={base}", shared, max_spills=max_spills, cp_async=mma != "wgmma_hmpvs")
+    assert got["registers"] == was["registers"]
     producers = [lp for lp in got["loops"] if lp["role"] == "producer"]  # type: ignore[union-attr]
     assert len(producers) == 2 and all(int(lp["cp.async"]) > 0 and int(lp["st.global"]) > 0 for lp in producers)
 
@@ -1055,17 +1067,20 @@ def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: 
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("build, base, head_counts", [("wgmma_hmpvs", "wgmma_hmpv", (96, 128)),
+                                                      ("wgmma_wss", "wgmma_ws", (32, 72, 128))], ids=["hmpvs", "wss"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
-def test_wgmma_hmpvs_matches_the_split_bit_for_bit_on_sm90(pair: tuple[str, str]) -> None:
-    """MMA=wgmma_hmpvs (each tile converted by one of the two 64-head groups, copied by the other)
-    gives the QK / PV split's outputs bit for bit: the copy is the conversion's bytes. At 96 and 128
-    heads, T = 1, 8, 64, splits auto, 4 and 1, sink on and off, launched three times (the counters
-    and ready words go on growing), then replayed from a CUDA graph; and checked against the
-    float64 reference."""
+def test_shared_tile_builds_match_their_base_bit_for_bit_on_sm90(pair: tuple[str, str], build: str, base: str,
+                                                                   head_counts: tuple[int, ...]) -> None:
+    """The builds converting each tile once for all head groups (MMA=wgmma_hmpvs, wgmma_wss: one
+    group converts it, the others copy it) give their base build's outputs bit for bit: the copy is
+    the conversion's bytes. At two head groups and more (one part-filled), T = 1, 8, 64, splits auto,
+    4 and 1, sink on and off, launched three times (the counters and ready words go on growing), then
+    replayed from a CUDA graph; and checked against the float64 reference."""
     comp, win = pair
-    split = wgmma_config(default_config(comp, win).replace(MMA="wgmma_hmpv", PREFETCH=1))
-    shared = split.replace(MMA="wgmma_hmpvs")
-    for heads in (96, 128):
+    split = wgmma_config(default_config(comp, win).replace(MMA=base, PREFETCH=1))
+    shared = split.replace(MMA=build)
+    for heads in head_counts:
         for t in (1, 8, 64):
             inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
             inp["topk_idx"][t // 2] = -1

@@ -170,6 +170,60 @@ def _o_bufs(kv_smem):
     return kv_smem._reinterpret(gl.float32, [4, 64, CHUNK], gl.SwizzledSharedLayout(4, 1, 8, [1, 0]))
 
 
+# SHARE (MMA=wgmma_hmpvs, wgmma_wss): the head groups' programs of a (token, split) read the same
+# tiles; instead of each dequantizing every tile (the producer binds: 3.2-3.3 us a tile for the QK /
+# PV split at 128 heads), the first to reach a tile converts it and also writes the bf16 tile (as
+# its K buffer holds it, 64 KiB) to a workspace, the others copy it from there (L2) into their own
+# K buffer by cp.async, no registers. Who is first: an int32 counter per (token, split, tile) that
+# each of the G groups adds 1 to (a multiple of G: the converter); the converter then raises the
+# tile's ready word to its generation (counter // G) + 1 with a release, the copiers acquire-spin on it. Counters and ready words only
+# grow, so a CUDA graph replays them with no reset; a copier waits only on a program that has
+# already claimed the tile, so no order of the programs can deadlock.
+SHARE_TILE = gl.constexpr(4 * BLOCK_N * CHUNK)  # bf16 elements of a tile in the workspace
+
+
+@gluon.jit
+def _share_offsets():
+    bl: gl.constexpr = _rows_l(gl.num_warps())
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, bl))
+    c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
+    return r[:, None] * CHUNK + c[None, :]
+
+
+@gluon.jit
+def _share_claim(cnt, n_groups):
+    # Whether this program converts the tile of counter cnt, and the generation it is of.
+    n = gl.atomic_add(cnt, 1, sem="relaxed", scope="gpu")
+    return (n % n_groups) == 0, n // n_groups
+
+
+@gluon.jit
+def _share_put(kv_smem, kz, dst, rdy, gen):
+    # The tile in K buffer kz..kz + 3 (written, fenced, handed over) to the workspace at dst, then
+    # its ready word raised to gen + 1 once every thread's stores are out.
+    off = _share_offsets()
+    for c in gl.static_range(4):
+        gl.store(dst + c * BLOCK_N * CHUNK + off, kv_smem.index(kz + c).load(_rows_l(gl.num_warps())))
+    gl.thread_barrier()
+    gl.atomic_max(rdy, gen + 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def _share_get(kv_smem, kz, src, rdy, gen):
+    # Waits for the tile's converter (ready word past gen), then copies its tile from the
+    # workspace into K buffer kz..kz + 3 (cp.async.cg: from L2, never a stale L1 line).
+    r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
+    while r <= gen:
+        r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
+    off = _share_offsets()
+    for c in gl.static_range(4):
+        async_copy.async_copy_global_to_shared(kv_smem.index(kz + c), src + c * BLOCK_N * CHUNK + off,
+                                               cache_modifier=".cg")
+    async_copy.commit_group()
+    async_copy.wait_group(0)
+
+
 @gluon.jit
 def _prefetch_l2(ptr, valid):
     # The line of each address into L2 where valid (prefetch.global.L2): no register waits for it,
@@ -905,8 +959,8 @@ WS_PRODUCER_REGS = gl.constexpr(152)
 @gluon.jit
 def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
                      nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
-                     ready, empty, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr,
-                     PREFETCH: gl.constexpr):
+                     ready, empty, share_ws, share_cnt, share_rdy, tile0, n_groups, kl: gl.constexpr,
+                     SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_584), running tile numbers i0.. (stage buffer and K buffer
     # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
     # Tile t + 1's copies are issued at the top of tile t's trip, so they have one tile's conversion
@@ -934,24 +988,41 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
         slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
-        mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-        kz = z + 4 * u
-        b, sb = _comp_take(rows, srows, u, 0, L3)
-        kv_smem.index(kz + 0).store(_comp_chunk(b, sb, L3))
-        b, sb = _comp_take(rows, srows, u, 1, L3)
-        kv_smem.index(kz + 1).store(_comp_chunk(b, sb, L3))
-        b, sb = _comp_take(rows, srows, u, 2, L3)
-        kv_smem.index(kz + 2).store(_comp_chunk(b, sb, L3))
-        _comp_tail_store(rows, srows, u, kv_smem.index(kz + 3))
-        fence_async_shared()
-        gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
-        mbarrier.arrive(ready.index(u))
+        mine = True  # without SHARE every tile is this program's to convert
+        gen = 0
+        at = share_ws
+        if SHARE:  # (the tile's records were copied anyway: whose it is is known only now)
+            mine, gen = _share_claim(share_cnt + tile0 + i, n_groups)
+            at = share_ws + (tile0 + i).to(gl.int64) * SHARE_TILE
+        if mine:
+            mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+            kz = z + 4 * u
+            b, sb = _comp_take(rows, srows, u, 0, L3)
+            kv_smem.index(kz + 0).store(_comp_chunk(b, sb, L3))
+            b, sb = _comp_take(rows, srows, u, 1, L3)
+            kv_smem.index(kz + 1).store(_comp_chunk(b, sb, L3))
+            b, sb = _comp_take(rows, srows, u, 2, L3)
+            kv_smem.index(kz + 2).store(_comp_chunk(b, sb, L3))
+            _comp_tail_store(rows, srows, u, kv_smem.index(kz + 3))
+            fence_async_shared()
+            gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
+            mbarrier.arrive(ready.index(u))
+            if SHARE:
+                _share_put(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)
+        else:
+            if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
+                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
+                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)  # waits for tile i + 1's copies too
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(ready.index(u))
 
 
 @gluon.jit
 def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                  comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                 empty, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr):
+                 empty, share_ws, share_cnt, share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr,
+                 WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
     w_lim = gl.minimum(window, w1 * BLOCK_N)
@@ -971,10 +1042,12 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
     nc = gl.maximum(c1 - c0, 0)
     _ws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
                      w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                     empty, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH)
+                     empty, share_ws, share_cnt, share_rdy, tile0, n_groups, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH,
+                     SHARE)
     _ws_produce_comp(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
                      w0, 0, win_page_size, win_page_bytes, kv_smem, w_rows, w_srows, w_rows, w_srows, ready, empty,
-                     kl, WIN_SHIFT, WIN_SHIFT, PREFETCH)
+                     share_ws, share_cnt, share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH,
+                     SHARE)
     async_copy.wait_group(0)
 
 
@@ -1052,13 +1125,14 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
 def decode_wgmma_ws_kernel(
     q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
-    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2, share_ws, share_cnt, share_rdy,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr,
+    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
     # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16; PREFETCH: the
-    # producer prefetches the records two tiles ahead into L2 (_ws_produce_comp).
+    # producer prefetches the records two tiles ahead into L2 (_ws_produce_comp). SHARE (MMA=wgmma_wss,
+    # more than one head group): the groups share each tile's conversion as decode_wgmma_hmpv_kernel's.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
@@ -1104,7 +1178,8 @@ def decode_wgmma_ws_kernel(
                         w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                         comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
-                        ready, empty, COMP_SHIFT, WIN_SHIFT, PREFETCH)),
+                        ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
+                        gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1164,57 +1239,10 @@ HMWS_PRODUCER_REGS = gl.constexpr(128)
 HMPV_PRODUCER_REGS = gl.constexpr(128)
 
 
-# SHARE (MMA=wgmma_hmpvs, 128 heads): the two 64-head programs of a (token, split) read the same
-# tiles; instead of each dequantizing every tile (the producer's 3.2-3.3 us a tile binds at 128
-# heads), the first to reach a tile converts it and also writes the bf16 tile (as its K buffer
-# holds it, 64 KiB) to a workspace, the other copies it from there (L2) into its own K buffer by
-# cp.async, no registers. Who is first: an int32 counter per (token, split, tile) that both add 1
-# to (even: the converter); the converter then raises the tile's ready word to its generation
-# (counter // 2) + 1 with a release, the copier acquire-spins on it. Counters and ready words only
-# grow, so a CUDA graph replays them with no reset; a copier waits only on a program that has
-# already claimed the tile, so no order of the programs can deadlock.
-SHARE_TILE = gl.constexpr(4 * BLOCK_N * CHUNK)  # bf16 elements of a tile in the workspace
-
-
-@gluon.jit
-def _share_offsets():
-    bl: gl.constexpr = _rows_l(gl.num_warps())
-    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, bl))
-    c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
-    return r[:, None] * CHUNK + c[None, :]
-
-
-@gluon.jit
-def _share_put(kv_smem, kz, dst, rdy, gen):
-    # The tile in K buffer kz..kz + 3 (written, fenced, handed over) to the workspace at dst, then
-    # its ready word raised to gen + 1 once every thread's stores are out.
-    off = _share_offsets()
-    for c in gl.static_range(4):
-        gl.store(dst + c * BLOCK_N * CHUNK + off, kv_smem.index(kz + c).load(_rows_l(gl.num_warps())))
-    gl.thread_barrier()
-    gl.atomic_max(rdy, gen + 1, sem="release", scope="gpu")
-
-
-@gluon.jit
-def _share_get(kv_smem, kz, src, rdy, gen):
-    # Waits for the tile's converter (ready word past gen), then copies its tile from the
-    # workspace into K buffer kz..kz + 3 (cp.async.cg: from L2, never a stale L1 line).
-    r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
-    while r <= gen:
-        r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
-    gl.thread_barrier()
-    off = _share_offsets()
-    for c in gl.static_range(4):
-        async_copy.async_copy_global_to_shared(kv_smem.index(kz + c), src + c * BLOCK_N * CHUNK + off,
-                                               cache_modifier=".cg")
-    async_copy.commit_group()
-    async_copy.wait_group(0)
-
-
 @gluon.jit
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
                         nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, share_ws, share_cnt, share_rdy, tile0,
-                        kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
+                        n_groups, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
                         NXT: gl.constexpr, SHARE: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_584), running tile numbers i0.. (K buffer i & 1): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
@@ -1238,9 +1266,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
         gen = 0
         at = share_ws
         if SHARE:
-            n = gl.atomic_add(share_cnt + tile0 + i, 1, sem="relaxed", scope="gpu")
-            mine = (n & 1) == 0
-            gen = n >> 1
+            mine, gen = _share_claim(share_cnt + tile0 + i, n_groups)
             at = share_ws + (tile0 + i).to(gl.int64) * SHARE_TILE
         if mine:
             b0, sb0 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 0, L3, SHIFT)
@@ -1280,7 +1306,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
 @gluon.jit
 def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws, share_cnt,
-                   share_rdy, tile0, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
+                   share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
                    SHARE: gl.constexpr):
     kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     # The window list's first tile: its slots loaded now (none in this program's share: -1s,
@@ -1290,11 +1316,11 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
     else:
         w_first = gl.full([BLOCK_N], -1, gl.int32, kl)
     _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
-                       win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt, share_rdy, tile0, kl,
-                       COMP_SHIFT, WIN_SHIFT, PREFETCH, True, SHARE)
+                       win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt, share_rdy, tile0,
+                       n_groups, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH, True, SHARE)
     _hmws_produce_comp(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
                        kv_smem, ready, empty, win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt,
-                       share_rdy, tile0, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH, False, SHARE)
+                       share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH, False, SHARE)
 
 
 @gluon.jit
@@ -1380,7 +1406,7 @@ def decode_wgmma_hmws_kernel(
                           w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None,
-                          None, 0, COMP_SHIFT, WIN_SHIFT, PREFETCH, False)),
+                          None, 0, 1, COMP_SHIFT, WIN_SHIFT, PREFETCH, False)),
     ], [HMWS_PRODUCER_WARPS], [HMWS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1629,8 +1655,8 @@ def decode_wgmma_hmpv_kernel(
                     p_free, fin, HB, SPLIT)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws,
-                          share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog, COMP_SHIFT,
-                          WIN_SHIFT, PREFETCH, SHARE)),
+                          share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
+                          gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMPV_PRODUCER_REGS])
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.
     if SPLIT:

@@ -19,8 +19,8 @@ from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEADS, _fmt512, config_constexprs,
                                      has_e2m1, render_variant, render_wgmma, space)
 from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS, WGMMA_ILLEGAL,
-                                           WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS, is_wgmma, wgmma_heads,
-                                           wgmma_legality)
+                                           WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS, WGMMA_SHARE_MMAS, is_wgmma,
+                                           wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -411,19 +411,21 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     mod = _wgmma_module(cf.name, wf.name)
     kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
               "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
-              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
-    pv = cfg["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs")
-    share = cfg["MMA"] == "wgmma_hmpvs" and groups == 2
+              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel,
+              "wgmma_wss": mod.decode_wgmma_ws_kernel}[cfg["MMA"]]
+    # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's.
+    takes_share = kernel in (mod.decode_wgmma_hmpv_kernel, mod.decode_wgmma_ws_kernel)
+    share = cfg["MMA"] in WGMMA_SHARE_MMAS and groups > 1
     ws, cnt, rdy = shared_tiles(n_tok * parts * per, q.device) if share else (None, None, None)
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
         q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
-        *((ws, cnt, rdy) if pv else ()),
+        *((ws, cnt, rdy) if takes_share else ()),
         HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
-        **({"SHARE": share} if pv else {}),
+        **({"SHARE": share} if takes_share else {}),
     )
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
@@ -433,7 +435,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                        attn_sink is not None, pdl=True)
 
 
-# Per device, the shared-tile buffers of MMA=wgmma_hmpvs (its kernel's share_ws, share_cnt,
+# Per device, the shared-tile buffers of WGMMA_SHARE_MMAS (their kernels' share_ws, share_cnt,
 # share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and only
 # grow (the kernel needs no reset, so CUDA graphs replay it); a launch with more tiles gets larger
 # buffers, and the smaller ones stay alive for graphs that captured them. One stream at a time:

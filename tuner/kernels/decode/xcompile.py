@@ -80,9 +80,10 @@ def xcompile_cases() -> list[XCompileCase]:
                             build="ws", prefetch=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
                             prefetch=True))
-    # The split sharing each tile between two head groups (MMA=wgmma_hmpvs), the V4 pair.
+    # The builds sharing each tile between the head groups (MMA=wgmma_hmpvs, wgmma_wss), the V4 pair.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
                             prefetch=True, share=True))
+    cases.append(wgmma_case(f584, f584, split=True, build="ws", share=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):
@@ -122,7 +123,7 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         kernel_name=name,
         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
-                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" else {})},
+                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
