@@ -869,20 +869,24 @@ def test_shared_tile_builds_take_two_head_groups_or_more_and_build_for_sm90(buil
 
 
 def test_shared_tiles_grow_and_keep_the_buffers_graphs_captured() -> None:
-    # MMA=wgmma_hmpvs' buffers: reused while they hold the launch's tiles; a larger launch gets
-    # new ones (zeroed words: every tile's counter and ready word start together), the old stay.
+    # The shared-tile builds' buffers: reused while they hold the launch's tiles; a larger launch
+    # gets new ones (zeroed words: every tile's counter and ready word start together), the old
+    # stay; launches of another head-group count never share a launch's words.
     from tuner.kernels.decode.launch import _SHARED_TILES, shared_tiles
 
     dev = torch.device("cpu")
-    _SHARED_TILES.pop(dev, None)
-    ws, cnt, rdy = shared_tiles(10, dev)
+    for g in (2, 8):
+        _SHARED_TILES.pop((dev, g), None)
+    ws, cnt, rdy = shared_tiles(10, 2, dev)
     assert ws.shape == (10, 4 * 64 * 128) and ws.dtype == torch.bfloat16 and cnt.shape == rdy.shape == (10,)
     cnt += 3
-    assert shared_tiles(4, dev)[1] is cnt
-    ws2, cnt2, rdy2 = shared_tiles(11, dev)
+    assert shared_tiles(4, 2, dev)[1] is cnt
+    assert int(shared_tiles(4, 8, dev)[1].abs().sum()) == 0 and shared_tiles(4, 8, dev)[1] is not cnt
+    ws2, cnt2, rdy2 = shared_tiles(11, 2, dev)
     assert cnt2.shape == (20,) and int(cnt2.abs().sum()) == 0 and int(rdy2.abs().sum()) == 0
-    assert len(_SHARED_TILES[dev]) == 2 and _SHARED_TILES[dev][0][1] is cnt
-    _SHARED_TILES.pop(dev)
+    assert len(_SHARED_TILES[(dev, 2)]) == 2 and _SHARED_TILES[(dev, 2)][0][1] is cnt
+    for g in (2, 8):
+        _SHARED_TILES.pop((dev, g))
 
 
 @pytest.mark.parametrize("pair, mma, max_spills", [(("fp8_584", "fp8_584"), "wgmma_hmws", 12),

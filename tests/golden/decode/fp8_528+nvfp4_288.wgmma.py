@@ -201,9 +201,10 @@ def _o_bufs(kv_smem):
 # its K buffer holds it, 64 KiB) to a workspace, the others copy it from there (L2) into their own
 # K buffer by cp.async, no registers. Who is first: an int32 counter per (token, split, tile) that
 # each of the G groups adds 1 to (a multiple of G: the converter); the converter then raises the
-# tile's ready word to its generation (counter // G) + 1 with a release, the copiers acquire-spin on it. Counters and ready words only
-# grow, so a CUDA graph replays them with no reset; a copier waits only on a program that has
-# already claimed the tile, so no order of the programs can deadlock.
+# tile's ready word to its generation (counter // G) + 1 with a release, the copiers acquire-spin
+# on it. Counters and ready words only grow, so a CUDA graph replays them with no reset; a copier
+# waits only on a program that has already claimed the tile, so no order of the programs can
+# deadlock.
 SHARE_TILE = gl.constexpr(4 * BLOCK_N * CHUNK)  # bf16 elements of a tile in the workspace
 
 

@@ -416,7 +416,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's.
     takes_share = kernel in (mod.decode_wgmma_hmpv_kernel, mod.decode_wgmma_ws_kernel)
     share = cfg["MMA"] in WGMMA_SHARE_MMAS and groups > 1
-    ws, cnt, rdy = shared_tiles(n_tok * parts * per, q.device) if share else (None, None, None)
+    ws, cnt, rdy = shared_tiles(n_tok * parts * per, groups, q.device) if share else (None, None, None)
     kernel[(n_tok, parts, groups)](
         q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
         heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
@@ -435,17 +435,20 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                        attn_sink is not None, pdl=True)
 
 
-# Per device, the shared-tile buffers of WGMMA_SHARE_MMAS (their kernels' share_ws, share_cnt,
-# share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and only
-# grow (the kernel needs no reset, so CUDA graphs replay it); a launch with more tiles gets larger
-# buffers, and the smaller ones stay alive for graphs that captured them. One stream at a time:
-# two launches in flight at once would share the words.
-_SHARED_TILES: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+# Per (device, head groups), the shared-tile buffers of WGMMA_SHARE_MMAS (their kernels' share_ws,
+# share_cnt, share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and
+# only grow (the kernel needs no reset, so CUDA graphs replay it): every launch adds the group count
+# to each counter it uses, so launches of another group count get buffers of their own (a counter
+# they moved by 2 would hand a group of 8 the wrong converter). A launch with more tiles gets larger
+# buffers, and the smaller ones stay alive for graphs that captured them. One stream at a time: two
+# launches in flight at once would share the words.
+_SHARED_TILES: dict[tuple[torch.device, int], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
 
 
-def shared_tiles(n_tiles: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Buffers for `n_tiles` shared tiles on `device` (the largest so far if it holds them)."""
-    held = _SHARED_TILES.setdefault(device, [])
+def shared_tiles(n_tiles: int, groups: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Buffers for `n_tiles` shared tiles of launches of `groups` head groups on `device` (the
+    largest so far if it holds them)."""
+    held = _SHARED_TILES.setdefault((device, groups), [])
     if not held or held[-1][1].numel() < n_tiles:
         n = max(n_tiles, 2 * held[-1][1].numel() if held else 0)
         held.append((torch.empty(n, 4 * WGMMA_BLOCK_N * 128, dtype=torch.bfloat16, device=device),
