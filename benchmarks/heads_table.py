@@ -57,12 +57,19 @@ def tuned(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
+# The wgmma path's builds by (MMA, num_warps), named as the table's rows and the configs' labels say
+# them; the table has a row for each of the first six.
+BUILDS: dict[tuple[str, int], str] = {
+    ("wgmma", 4): "1 warpgroup", ("wgmma", 8): "2 warpgroups", ("wgmma_hm", 8): "heads on M",
+    ("wgmma_ws", 4): "warp-specialised", ("wgmma_hmws", 8): "heads on M, warp-specialised",
+    ("wgmma_hmpv", 4): "heads on M, QK/PV split", ("wgmma_hmpvs", 4): "heads on M, QK/PV split, shared tiles",
+    ("wgmma_wss", 4): "warp-specialised, shared tiles"}
+TABLE_BUILDS = list(BUILDS.items())[:6]
+
+
 def _label(cfg: dict[str, Any]) -> str:
     if is_wgmma(cfg):
-        wg = {"wgmma_hm": "heads on M", "wgmma_ws": "warp-specialised", "wgmma_hmws": "heads on M, warp-specialised",
-              "wgmma_hmpv": "heads on M, QK/PV split", "wgmma_hmpvs": "heads on M, QK/PV split, shared tiles",
-              "wgmma_wss": "warp-specialised, shared tiles"}.get(
-            cfg["MMA"], "2 warpgroups" if cfg["num_warps"] == 8 else "1 warpgroup")
+        wg = BUILDS.get((cfg["MMA"], cfg["num_warps"]), f"{cfg['MMA']}, {cfg['num_warps']} warps")
         splits = cfg["NUM_SPLITS"] or "auto"
         return f"wgmma, {wg}, splits {splits}"
     keep = ("BLOCK_N", "LISTS", "PREFETCH", "num_warps", "backend")
@@ -106,10 +113,7 @@ def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None) -> str:
             best = {t: min(rows[t], key=lambda r: r["us"]) for t in TS if rows.get(t)}
             out.append(f"| kvtune default config | {pair_name.replace('+', ' + ')} | {h} | "
                        + " | ".join(f"{default[t]['us']:.1f}" if t in default else "-" for t in TS) + " |")
-            for mma, warps, name in (("wgmma", 4, "1 warpgroup"), ("wgmma", 8, "2 warpgroups"),
-                                     ("wgmma_hm", 8, "heads on M"), ("wgmma_ws", 4, "warp-specialised"),
-                                     ("wgmma_hmws", 8, "heads on M, warp-specialised"),
-                                     ("wgmma_hmpv", 4, "heads on M, QK/PV split")):
+            for (mma, warps), name in TABLE_BUILDS:
                 wg = {t: min((r for r in rows.get(t, []) if r["config"]["MMA"] == mma
                               and r["config"]["num_warps"] == warps), key=lambda r: r["us"], default=None) for t in TS}
                 if any(wg.values()):
@@ -130,7 +134,7 @@ def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None) -> str:
                     b = min(rows[t], key=lambda r: r["us"])
                     out.append(f"| {pair_name} | {h} | {t} | {_label(b['config'])} | {b['us']:.2f} |")
     tuned_rows = [(p, h, t, cfg) for p in (any_run["pair"], any_run["baseline_pair"]) for h in heads
-             for t, cfg in sorted(tunes.get((h, p), {}).items())]
+                  for t, cfg in sorted(tunes.get((h, p), {}).items())]
     if tuned_rows:
         out += ["", "Tuned config per (pair, H, T) (`kvtune tune`, tune_decode_h{H}_{pair}_h200.json, its own run):", "",
                 "| pair | H | T | config | us |", "|---|---|---|---|---|"]

@@ -235,9 +235,12 @@ def _share_put(kv_smem, kz, dst, rdy, gen):
 
 
 @gluon.jit
-def _share_get(kv_smem, kz, src, rdy, gen):
-    # Waits for the tile's converter (ready word past gen), then copies its tile from the
-    # workspace into K buffer kz..kz + 3 (cp.async.cg: from L2, never a stale L1 line).
+def _share_get(kv_smem, kz, src, rdy, gen, empty_bar, empty_phase, ready_bar):
+    # A copier's turn at a tile: once K buffer kz..kz + 3 is free (empty_bar) and the tile's
+    # converter is done (ready word past gen), its tile copied from the workspace into that buffer
+    # (cp.async.cg: from L2, never a stale L1 line; the wait for it waits for any copy in flight)
+    # and handed over (ready_bar), as a converted tile is.
+    mbarrier.wait(empty_bar, empty_phase)
     r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
     while r <= gen:
         r = gl.atomic_add(rdy, 0, sem="acquire", scope="gpu")
@@ -248,6 +251,9 @@ def _share_get(kv_smem, kz, src, rdy, gen):
                                                cache_modifier=".cg")
     async_copy.commit_group()
     async_copy.wait_group(0)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ready_bar)
 
 
 @gluon.jit
@@ -1161,11 +1167,8 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
                 _share_put(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
-                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
-                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)  # waits for tile i + 1's copies too
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ready.index(u))
+                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                           ((i >> 1) & 1) ^ 1, ready.index(u))
 
 
 @gluon.jit
@@ -1224,11 +1227,8 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
                 _share_put(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
-                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
-                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)  # waits for tile i + 1's copies too
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ready.index(u))
+                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                           ((i >> 1) & 1) ^ 1, ready.index(u))
 
 
 @gluon.jit
@@ -1506,11 +1506,8 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
-                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ready.index(u))
+                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                           ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:
                 if t == t0:  # here, where no record is held in registers
@@ -1570,11 +1567,8 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)
-                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ready.index(u))
+                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                           ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:
                 if t == t0:  # here, where no record is held in registers
