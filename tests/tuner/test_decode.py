@@ -188,6 +188,7 @@ def test_decode_rejects_bad_arguments(device: str) -> None:
     bad("q must be bf16", q=inp["q"][..., :256])
     bad("comp_cache must be a contiguous uint8", page_size=32)  # pages of the wrong size
     bad("win_cache must be a contiguous uint8", win_page_size=None)  # defaults to 16: wrong for this cache
+    bad("a page must stay under 2 GiB", page_size=2**23)  # 2**23 records of 288 bytes
     bad("topk_idx must be int32", topk_idx=inp["topk_idx"].long())
     bad("window_idx must be int32", window_idx=inp["window_idx"][:2])
     bad("at least one slot", window_idx=inp["window_idx"][:, :0])

@@ -160,6 +160,8 @@ def _check_cache(name: str, cache: torch.Tensor, f: RecordFormat, page_size: int
     if not isinstance(page_size, int) or page_size < 1:
         raise ValueError(f"{name} page size must be a positive int, got {page_size!r}")
     pb = page_bytes(f, page_size)
+    if pb >= 2**31:  # the kernels address a record inside its page in 32 bits
+        raise ValueError(f"{name} pages of {page_size} records are {pb} bytes: a page must stay under 2 GiB")
     if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != pb or not cache.is_contiguous():
         raise ValueError(f"{name} must be a contiguous uint8[num_pages, {pb}] for {f.name} with page size {page_size}, "
                          f"got {cache.dtype}{tuple(cache.shape)}")
