@@ -95,7 +95,8 @@ def main() -> int:
     ap.add_argument("--pair", action="append", default=None,
                     help="comp+win record formats (repeatable; default: fp8_584+fp8_584)")
     ap.add_argument("--only", action="append", default=None,
-                    help="time only the builds whose label contains this (repeatable; default: every build)")
+                    help="time only the builds whose label contains this, or is it with a leading '=' (repeatable; "
+                         "default: every build)")
     ap.add_argument("--records", choices=("dram", "l2"), default="dram",
                     help="dram: input sets rotated past the L2 (serving's case, the default); l2: one set, launched "
                          "again and again, so its records stay in L2 (how issue 28's FlashMLA figures at 128 heads "
@@ -138,11 +139,16 @@ def main() -> int:
 
 
 def _ordered(runs: dict[str, Callable], only: list[str] | None) -> list[tuple[str, Callable]]:
-    """The builds to time: all of `runs`, or those whose label contains an `only` pattern, in the
-    order of the first pattern each matches (a build that may hang, never run on a GPU, goes last)."""
+    """The builds to time: all of `runs`, or those whose label contains an `only` pattern (a pattern
+    `=label`: that label alone), in the order of the first pattern each matches (a build that may
+    hang, never run on a GPU, goes last)."""
     if not only:
         return list(runs.items())
-    rank = {label: min((i for i, o in enumerate(only) if o in label), default=None) for label in runs}
+
+    def hit(o: str, label: str) -> bool:
+        return o[1:] == label if o.startswith("=") else o in label
+
+    rank = {label: min((i for i, o in enumerate(only) if hit(o, label)), default=None) for label in runs}
     return sorted(((lb, run) for lb, run in runs.items() if rank[lb] is not None), key=lambda lr: rank[lr[0]])
 
 

@@ -147,12 +147,13 @@ def test_bench_decode_hm_puts_each_prefetch_row_beside_its_build() -> None:
 
 
 def test_bench_decode_hm_times_builds_in_the_order_asked() -> None:
-    # --only patterns pick the builds and order them (the first pattern each label matches; the
-    # dict's order among equals), so a build never run on a GPU, which may hang, can go last.
+    # --only patterns pick the builds and order them (the first pattern each label matches, `=label`
+    # that label alone; the dict's order among equals), so a build never run on a GPU, which may hang, can go last.
     from benchmarks.bench_decode_hm import _ordered
 
     runs = {"a, splits auto": 1, "b, splits auto": 2, "a, splits auto, L2 prefetch": 3, "c": 4}
     assert [lb for lb, _ in _ordered(runs, ["b,", "a, splits auto"])] == [
         "b, splits auto", "a, splits auto", "a, splits auto, L2 prefetch"]
+    assert [lb for lb, _ in _ordered(runs, ["=c", "=a, splits auto"])] == ["c", "a, splits auto"]
     assert [lb for lb, _ in _ordered(runs, None)] == list(runs)
     assert _ordered(runs, ["zzz"]) == []
