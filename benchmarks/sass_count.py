@@ -31,24 +31,25 @@ from triton.compiler import ASTSource  # noqa: E402
 from benchmarks.common import kernel_body, sass_ops  # noqa: E402
 from templates import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
-from catalog.families.pack import render_variant  # noqa: E402
+from catalog.families.pack import default_config, render_variant  # noqa: E402
+from tuner.kernels.pack import ARG_TYPES, launch_constexprs  # noqa: E402
+from tuner.kernels.signature import kernel_signature  # noqa: E402
 from tuner.targets import get_target, gpu_target  # noqa: E402
 
-SIGNATURE = {"xw_ptr": "*i32", "slot_ptr": "*i64", "cache_ptr": "*u8", "cache16_ptr": "*i16", "n_tokens": "i32",
-             "stride_w": "i32", "page_size": "i32", "page_bytes": "i32", "BLOCK_T": "constexpr",
-             "TILES_PER_PROG": "constexpr", "IN_BF16": "constexpr", "BLOCKS_PER_PROG": "constexpr",
-             "NUM_STAGES": "constexpr"}
+# Divisible by 16 (pointers: 16-byte aligned) in the launches measured.
 ALIGNED = ("xw_ptr", "slot_ptr", "cache_ptr", "cache16_ptr", "stride_w", "page_size", "page_bytes")
 
 
 def count(fmt: str, block_t: int, tiles: int, warps: int, backend: str = "soft",
           blocks: int = 1, stages: int = 1) -> tuple[int, float, collections.Counter]:
-    fn = R.load(render_variant(fmt, backend)).pack_kernel
+    rendered = render_variant(fmt, backend)
+    fn = R.load(rendered).pack_kernel
     names = list(fn.arg_names)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED}
-    src = ASTSource(fn=fn, signature=SIGNATURE, attrs=attrs,
-                    constexprs={"BLOCK_T": block_t, "TILES_PER_PROG": tiles, "IN_BF16": True,
-                                "BLOCKS_PER_PROG": blocks, "NUM_STAGES": stages})
+    cfg = default_config(fmt).replace(backend=backend, BLOCK_T=block_t, TILES_PER_PROG=tiles, num_warps=warps,
+                                      BLOCKS_PER_PROG=blocks, num_stages=stages)
+    src = ASTSource(fn=fn, signature=kernel_signature(rendered, "pack_kernel", ARG_TYPES), attrs=attrs,
+                    constexprs=launch_constexprs(cfg, "pack_kernel"))
     k = triton.compile(src, target=gpu_target(get_target("sm_90")), options={"num_warps": warps, "num_stages": stages})
     ops = collections.Counter(o.opcode for o in kernel_body(sass_ops(k.asm["cubin"])))
     n = sum(ops.values())

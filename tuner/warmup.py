@@ -305,8 +305,10 @@ def keys_for(
     target: str,
     make_inputs: Callable[[int], dict[str, Any]] | None = None,
     device: str = "cpu",
+    page_size: int | None = None,
 ) -> list[WarmupKey]:
-    """Every warmup key one (kernel, config, bucket) hits on `target`.
+    """Every warmup key one (kernel, config, bucket) hits on `target` (with `page_size`, launched
+    on caches of that page size: a `page_sized` family's binaries depend on it).
 
     `make_inputs(n)` builds inputs for size n; by default the family's `probe_inputs` (cheap,
     launch-identical inputs; else its `make_inputs`) for a one-size bucket on `device`. Probed:
@@ -325,9 +327,10 @@ def keys_for(
     pools = fam.pool_args()
     rendered = fam.render(key, config)
     out: dict[tuple, WarmupKey] = {}
-    contexts = [bucket.ctx] if make_inputs else fam.probe_contexts(bucket)
+    contexts = [bucket.ctx] if make_inputs else fam.probe_contexts(bucket, page_size)
     for ctx, n in ((c, n) for c in contexts for n in sizes_to_probe(bucket)):
-        inputs = make_inputs(n) if make_inputs else fam.probe_inputs(key, Bucket(bucket.dim, n, n, ctx), device, seed=n)
+        inputs = make_inputs(n) if make_inputs else fam.probe_inputs(key, Bucket(bucket.dim, n, n, ctx), device, seed=n,
+                                                                     page_size=page_size)
         with record_launches() as launches:
             for variant in fam.probe_variants(inputs):
                 fam.run(key, config, variant)

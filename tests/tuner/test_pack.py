@@ -36,7 +36,7 @@ def _legal_backends(fmt: str, target: str) -> list[str]:
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("page_size", [16, 64, 128])
+@pytest.mark.parametrize("page_size", [16, 48, 64, 128])  # 48: the division path
 def test_pack_matches_reference(fmt: str, dtype: torch.dtype, page_size: int, target_name: str, device: str) -> None:
     n = 41
     x = _inputs(fmt, n, dtype, seed=page_size).to(device)

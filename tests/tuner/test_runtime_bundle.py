@@ -340,6 +340,32 @@ def test_enumerated_warmup_keys_cover_what_the_entry_point_launches() -> None:
     assert calls >= 6 and tk.misses.total() == 0
 
 
+def test_page_sizes_warm_the_binaries_of_an_engines_page_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pack shifts by its cache's page size (a constexpr): an engine with 16-slot pages launches a
+    # binary the tuner's 64-slot probes never made, and names its page size to have it warmed.
+    # Enumerated for sm_90's rules as construction does on that GPU (the interpreter enumerates
+    # nothing), then a real engine-side call at P=16 recorded and looked up among the keys.
+    monkeypatch.setattr(rk, "interpreting", lambda: False)
+    proc = Process(arch="sm_90", device_name="NVIDIA H200", triton=triton.__version__)
+    bundle = defaults_bundle("sm_90", H, TOPK, WINDOW, formats={"pack": ["fp8_528"]}, kernels=["pack"])
+
+    def shifts(tk: TunedKernels) -> set[Any]:
+        return {a.spec for k in tk._warmup_keys(True) if k.fn == "pack_kernel" for a in k.args if a.name == "PAGE_SHIFT"}
+
+    assert shifts(TunedKernels(bundle, process=proc, warmup=False, kernels=["pack"])) == {6}
+    tk = TunedKernels(bundle, process=proc, warmup=False, kernels=["pack"], page_sizes=[16, 64, 16])
+    assert tk.page_sizes == (16, 64) and shifts(tk) == {4, 6}
+    warmed = {(k.fn, k.args, k.options) for k in tk._warmup_keys(True)}
+    backend, pools = backend_class("sm_90"), get_family("pack").pool_args()
+    cache = alloc_paged_cache("fp8_528", 4, 16)
+    with record_launches() as launches:
+        tk.pack(torch.randn(37, 512).to(torch.bfloat16), torch.randperm(64)[:37], cache, "fp8_528")
+    (la,) = launches
+    assert (la.fn.fn.__name__, launch_specs(la, backend, pools)[0], tuple(la.options.items())) in warmed
+    with pytest.raises(ValueError, match="page_sizes must be positive ints"):
+        TunedKernels(bundle, process=proc, warmup=False, page_sizes=[0])
+
+
 def test_mixed_size_serving_loop_after_construction_compiles_nothing(device: str) -> None:
     # On a GPU this is the proof (construction warmed every key); under the interpreter nothing
     # ever compiles, so it checks that serving after construction runs and dispatches per bucket.

@@ -19,7 +19,8 @@ from tuner.formats import get_format, page_bytes
 from catalog.families.pack import PACK_PAGE_SIZE, default_config, pack_key, render_variant
 from tuner.kernels.pack import pack
 from tuner.warmup import (
-    CompiledWhileServing, WarmupKey, backend_class, classify, count_compiles, keys_for, no_compiles, record_launches,
+    CompiledWhileServing, WarmupKey, _constexpr_names, backend_class, classify, count_compiles, keys_for, no_compiles,
+    record_launches,
 )
 
 FMT = "nvfp4_288"
@@ -36,9 +37,10 @@ def _real_launch_spec(n: int, cache: torch.Tensor, target: str) -> tuple:
         pack(x, slots, cache, FMT, PACK_PAGE_SIZE, default_config(FMT))
     (la,) = launches
     backend = backend_class(target)
+    constexprs = _constexpr_names(la)
     out = []
     for name, v in la.bound().items():
-        if isinstance(v, (torch.Tensor, int)) and not isinstance(v, bool) and name not in ("BLOCK_T", "TILES_PER_PROG"):
+        if isinstance(v, (torch.Tensor, int)) and not isinstance(v, bool) and name not in constexprs:
             out.append((name,) + classify(v, backend))
         else:
             out.append((name, "constexpr", v))

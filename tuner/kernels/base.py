@@ -75,9 +75,17 @@ class KernelFamily(FamilySpec):
         either side of 2 GiB, which AMD's buffer ops specialise on. None by default."""
         return ()
 
-    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
+    # Whether a launch's binary depends on the caches' page size (a constexpr shift): warmup then
+    # enumerates the keys of each page size an engine names (TunedKernels' page_sizes).
+    page_sized: bool = False
+
+    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int,
+                     page_size: int | None = None) -> dict[str, Any]:
         """Inputs a warmup probe launches with: by default `make_inputs` (a family whose timing
-        inputs are large offers cheaper ones of the same argument classes)."""
+        inputs are large offers cheaper ones of the same argument classes); with `page_size` (a
+        `page_sized` family), caches of pages of that many slots instead of the family's."""
+        if page_size is not None:
+            raise ValueError(f"{type(self).__name__} does not take a page size")
         return self.make_inputs(key, bucket, device, seed)
 
     def probe_variants(self, inputs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,9 +94,10 @@ class KernelFamily(FamilySpec):
         so a warmup probe launches each. By default only `inputs`."""
         return [inputs]
 
-    def probe_contexts(self, bucket: Bucket) -> list[int]:
-        """The context lengths a warmup probe of `bucket` must launch at to reach every class of
-        the arguments that vary with it: by default the bucket's own."""
+    def probe_contexts(self, bucket: Bucket, page_size: int | None = None) -> list[int]:
+        """The context lengths a warmup probe of `bucket` (on caches of `page_size`, None: the
+        family's) must launch at to reach every class of the arguments that vary with it: by
+        default the bucket's own."""
         return [bucket.ctx]
 
 

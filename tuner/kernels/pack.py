@@ -43,13 +43,21 @@ def _checked_config(config: Config | None, f: RecordFormat, query: bool = False)
     return cfg
 
 
-def launch_constexprs(cfg: Config, kernel: str, in_bf16: bool = True) -> dict[str, Any]:
-    """The constexprs a launch of `kernel` (pack_kernel or quant_query_kernel) passes for `cfg`:
-    one definition for the launchers and the compile cases, so a cross-compile or warmup of a
-    config builds the binary its launch runs (the blocks loop's stages included)."""
+def page_shift(page_size: int) -> int:
+    """log2(page_size) for a power of two, else -1 (pack_kernel's page arithmetic by shifts)."""
+    return page_size.bit_length() - 1 if page_size & (page_size - 1) == 0 else -1
+
+
+def launch_constexprs(cfg: Config, kernel: str, in_bf16: bool = True,
+                      page_size: int = PACK_PAGE_SIZE) -> dict[str, Any]:
+    """The constexprs a launch of `kernel` (pack_kernel or quant_query_kernel) passes for `cfg`,
+    pack_kernel's into a cache of `page_size`-slot pages: one definition for the launchers and
+    the compile cases, so a cross-compile or warmup of a config builds the binary its launch runs
+    (the blocks loop's stages and the page's shift included)."""
     out = {"BLOCK_T": cfg["BLOCK_T"], "TILES_PER_PROG": cfg["TILES_PER_PROG"], "IN_BF16": in_bf16}
     if kernel == "pack_kernel":
-        out |= {"BLOCKS_PER_PROG": cfg["BLOCKS_PER_PROG"], "NUM_STAGES": cfg["num_stages"]}
+        out |= {"BLOCKS_PER_PROG": cfg["BLOCKS_PER_PROG"], "NUM_STAGES": cfg["num_stages"],
+                "PAGE_SHIFT": page_shift(page_size)}
     return out
 
 
@@ -135,7 +143,8 @@ def pack(
     grid = (triton.cdiv(n, cfg["BLOCK_T"] * cfg["BLOCKS_PER_PROG"]), nt_pad(f) // cfg["TILES_PER_PROG"])
     mod.pack_kernel[grid](
         xw, slot_mapping, cache, cache.view(torch.int16), n, xw.stride(0), page_size, pb,
-        **launch_constexprs(cfg, "pack_kernel", in_bf16), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **launch_constexprs(cfg, "pack_kernel", in_bf16, page_size), num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
     return cache
 
@@ -169,28 +178,40 @@ def allocator_slots(n: int, page: int, generator: torch.Generator, device: str |
 
 
 class PackFamily(PackSpec, KernelFamily):
+    page_sized = True  # pack_kernel's PAGE_SHIFT
+
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         f = get_format(key.formats[0])
         n = bucket.rep
         g = torch.Generator().manual_seed(seed)
         dg = device_generator(g, device)  # drawn where they are used (a 1M-token set: 12 s on a host CPU)
+        x = (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16)
         if is_query_key(key):  # n (token, head) rows and the two dense outputs
-            return {
-                "x": (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16),
-                "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
-                "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device),
-            }
+            return {"x": x, "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
+                    "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device)}
         pages = -(-n // PACK_PAGE_SIZE)
-        return {
-            "x": (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16),
-            "slots": allocator_slots(n, PACK_PAGE_SIZE, dg, device),
-            "cache": alloc_cache(f, pages, PACK_PAGE_SIZE, device=device, fill=0),
-        }
+        return {"x": x, "slots": allocator_slots(n, PACK_PAGE_SIZE, dg, device),
+                "cache": alloc_cache(f, pages, PACK_PAGE_SIZE, device=device, fill=0), "page_size": PACK_PAGE_SIZE}
+
+    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int,
+                     page_size: int | None = None) -> dict[str, Any]:
+        """A launch's argument classes without its data, for warmup-key enumeration: the sizes,
+        dtypes and alignments of `make_inputs` (x never written, one page of cache: a pool's large
+        class is added by the enumeration); drawing 1M-token inputs for each probed size of the
+        largest bucket took minutes on a CPU."""
+        f = get_format(key.formats[0])
+        n, page = bucket.rep, page_size or PACK_PAGE_SIZE
+        x = torch.empty(n, f.dims, dtype=torch.bfloat16, device=device)
+        if is_query_key(key):
+            return {"x": x, "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
+                    "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device)}
+        return {"x": x, "slots": torch.zeros(n, dtype=torch.int64, device=device),
+                "cache": alloc_cache(f, 1, page, device=device, fill=0), "page_size": page}
 
     def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
         if is_query_key(key):
             return quant_query(inputs["x"], config, inputs["values"], inputs["scales"])
-        return pack(inputs["x"], inputs["slots"], inputs["cache"], key.formats[0], PACK_PAGE_SIZE, config)
+        return pack(inputs["x"], inputs["slots"], inputs["cache"], key.formats[0], inputs["page_size"], config)
 
     def verify(self, key: ProblemKey, inputs: dict[str, Any], outputs: Any) -> str | None:
         f = get_format(key.formats[0])
@@ -198,7 +219,7 @@ class PackFamily(PackSpec, KernelFamily):
         if is_query_key(key):
             got = torch.cat([outputs[0][rows], outputs[1][rows]], dim=1).cpu()
         else:
-            got = read_slots(outputs, inputs["slots"][rows], f, PACK_PAGE_SIZE).cpu()
+            got = read_slots(outputs, inputs["slots"][rows], f, inputs["page_size"]).cpu()
         want = quantize(inputs["x"][rows].cpu(), f)
         bad = (got != want).any(dim=1)
         return f"{int(bad.sum())} of {len(bad)} records checked differ from the reference" if bad.any() else None

@@ -22,6 +22,7 @@ import triton
 from catalog.core import Config, ProblemKey
 from catalog.families import get_spec
 from catalog.families.base import measured_hash
+from tuner.kernels import get_family
 from tuner.kernels.decode import decode
 from tuner.kernels.logits import logits, query_dtype_name
 from tuner.kernels.pack import pack as pack_launch
@@ -69,11 +70,17 @@ class TunedKernels:
 
     def __init__(self, bundle: Mapping[str, Any], sources: Mapping[str, str] | None = None, *,
                  on_mismatch: OnMismatch = "warn", warmup: bool = True, enumerate_missing: bool = True,
-                 process: Process | None = None, kernels: Sequence[str] | None = None) -> None:
+                 process: Process | None = None, kernels: Sequence[str] | None = None,
+                 page_sizes: Sequence[int] = ()) -> None:
         """`kernels` (e.g. ["decode"]): only these families' tables are used and warmed; a call of
-        another family runs its default and is counted as a miss."""
+        another family runs its default and is counted as a miss. `page_sizes`: the page sizes of
+        this engine's caches where they are not the tuner's 64 (FlashMLA's and DeepGEMM's): a
+        kernel's binary depends on its caches' page size (a shift), so warmup compiles each."""
         if on_mismatch not in ("warn", "error"):
             raise ValueError(f"on_mismatch must be 'warn' or 'error', got {on_mismatch!r}")
+        if any(not isinstance(p, int) or isinstance(p, bool) or p < 1 for p in page_sizes):
+            raise ValueError(f"page_sizes must be positive ints, got {list(page_sizes)!r}")
+        self.page_sizes = tuple(dict.fromkeys(page_sizes))
         self.bundle = bundle
         self.process = process or this_process()
         self.tables: dict[TableKey, KernelTable] = {k: t for k, t in tables_from_bundle(bundle).items()
@@ -198,6 +205,10 @@ class TunedKernels:
                     if not enumerate_missing or interpreting():
                         continue
                     keys = keys_for(name, t.key, e.config, e.bucket, self.process.arch, device=device)
+                if get_family(name).page_sized and not interpreting():  # the engine's other page sizes
+                    keys = keys + [k for p in self.page_sizes
+                                   for k in keys_for(name, t.key, e.config, e.bucket, self.process.arch, device=device,
+                                                     page_size=p)]
                 for k in keys:
                     seen.setdefault(repr((k.fn, k.source_hash, k.args, k.options)), k)
         return list(seen.values())

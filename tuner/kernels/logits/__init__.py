@@ -56,15 +56,18 @@ class LogitsFamily(LogitsSpec, KernelFamily):
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_inputs(key, bucket, device, seed)
 
-    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
-        """`make_inputs` for warmup-key enumeration (tuner.warmup.keys_for): launch-identical, cheap."""
-        return make_inputs(key, bucket, device, seed, probe=True)
+    page_sized = True  # the kernels' PAGE
 
-    def probe_contexts(self, bucket: Bucket) -> list[int]:
+    def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int,
+                     page_size: int | None = None) -> dict[str, Any]:
+        """`make_inputs` for warmup-key enumeration (tuner.warmup.keys_for): launch-identical, cheap."""
+        return make_inputs(key, bucket, device, seed, page_size or SEED_PAGE, probe=True)
+
+    def probe_contexts(self, bucket: Bucket, page_size: int | None = None) -> list[int]:
         """Contexts whose launches reach every specialisation class of the integers that follow the
         context: max_len and max_pages (its page count), since an engine's batch can have any
         longest context up to the bucket's (see `probe_contexts`)."""
-        return probe_contexts(bucket.ctx or DECODE_CTX, SEED_PAGE)
+        return probe_contexts(bucket.ctx or DECODE_CTX, page_size or SEED_PAGE)
 
     def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
         return run_inputs(key, config, inputs)
