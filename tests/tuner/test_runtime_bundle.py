@@ -342,7 +342,8 @@ def test_enumerated_warmup_keys_cover_what_the_entry_point_launches() -> None:
 
 def test_page_sizes_warm_the_binaries_of_an_engines_page_size(monkeypatch: pytest.MonkeyPatch) -> None:
     # pack shifts by its cache's page size (a constexpr): an engine with 16-slot pages launches a
-    # binary the tuner's 64-slot probes never made, and names its page size to have it warmed.
+    # binary the tuner's 64-slot probes never made, and names its page size to have it warmed
+    # (logits' and decode's wgmma kernels take theirs as constexprs too).
     # Enumerated for sm_90's rules as construction does on that GPU (the interpreter enumerates
     # nothing), then a real engine-side call at P=16 recorded and looked up among the keys.
     monkeypatch.setattr(rk, "interpreting", lambda: False)
@@ -362,6 +363,11 @@ def test_page_sizes_warm_the_binaries_of_an_engines_page_size(monkeypatch: pytes
         tk.pack(torch.randn(37, 512).to(torch.bfloat16), torch.randperm(64)[:37], cache, "fp8_528")
     (la,) = launches
     assert (la.fn.fn.__name__, launch_specs(la, backend, pools)[0], tuple(la.options.items())) in warmed
+    # The indexer's logits kernels take the page size as their PAGE: the same for them.
+    lg = defaults_bundle("sm_90", H, TOPK, WINDOW, kernels=["logits"])
+    lg["kernels"]["logits"]["buckets"] = lg["kernels"]["logits"]["buckets"][:1]
+    tk = TunedKernels(lg, process=proc, warmup=False, kernels=["logits"], page_sizes=[16])
+    assert {a.spec for k in tk._warmup_keys(True) for a in k.args if a.name == "PAGE"} == {16, 64}
     with pytest.raises(ValueError, match="page_sizes must be positive ints"):
         TunedKernels(bundle, process=proc, warmup=False, page_sizes=[0])
 

@@ -44,6 +44,8 @@ from tuner.kernels.logits.xcompile import _wgmma_xcompile_case, _xcompile_case, 
 
 
 class LogitsFamily(LogitsSpec, KernelFamily):
+    page_sized = True  # the kernels' PAGE
+
     def pool_args(self) -> tuple[frozenset[str], ...]:
         """Kernel pointer parameters that view a KV pool (one group per storage): they can be on
         either side of 2 GiB, which AMD's buffer ops specialise on (see tuner/warmup.py)."""
@@ -55,8 +57,6 @@ class LogitsFamily(LogitsSpec, KernelFamily):
 
     def make_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int) -> dict[str, Any]:
         return make_inputs(key, bucket, device, seed)
-
-    page_sized = True  # the kernels' PAGE
 
     def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int,
                      page_size: int | None = None) -> dict[str, Any]:
