@@ -148,7 +148,8 @@ def test_bench_decode_hm_puts_each_prefetch_row_beside_its_build() -> None:
 
 def test_bench_decode_hm_times_builds_in_the_order_asked() -> None:
     # --only patterns pick the builds and order them (the first pattern each label matches, `=label`
-    # that label alone; the dict's order among equals), so a build never run on a GPU, which may hang, can go last.
+    # that label alone; the dict's order among equals), so a build never run on a GPU, which may
+    # hang, can go last.
     from benchmarks.bench_decode_hm import _ordered
 
     runs = {"a, splits auto": 1, "b, splits auto": 2, "a, splits auto, L2 prefetch": 3, "c": 4}

@@ -351,7 +351,8 @@ def test_page_sizes_warm_the_binaries_of_an_engines_page_size(monkeypatch: pytes
     bundle = defaults_bundle("sm_90", H, TOPK, WINDOW, formats={"pack": ["fp8_528"]}, kernels=["pack"])
 
     def shifts(tk: TunedKernels) -> set[Any]:
-        return {a.spec for k in tk._warmup_keys(True) if k.fn == "pack_kernel" for a in k.args if a.name == "PAGE_SHIFT"}
+        return {a.spec for k in tk._warmup_keys(True) if k.fn == "pack_kernel"
+                for a in k.args if a.name == "PAGE_SHIFT"}
 
     assert shifts(TunedKernels(bundle, process=proc, warmup=False, kernels=["pack"])) == {6}
     tk = TunedKernels(bundle, process=proc, warmup=False, kernels=["pack"], page_sizes=[16, 64, 16])
