@@ -127,7 +127,8 @@ for phase in "$@"; do
     ;;
   resident)  # issue 28's FlashMLA figures at 128 heads were taken with the records in L2: kvtune's picks at 128 heads
     # (HEADS) the same way (one input set, launched again and again), T = 1, 8, 64, the fp8_584 pair, for a like-for-like
-    # reading beside the table's DRAM timings (results/resident/decode_hm_h200.{md,json})
+    # reading beside the table's DRAM timings (results/resident/decode_hm_h200.{md,json}; heads_table.py adds it to
+    # issue 28's table once copied into benchmarks/results/resident/)
     hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
     timeout $(( $(left) - 5 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 \
       --records l2 --only "wgmma 1 warpgroup, splits auto" --only "warp-specialised, splits auto" \

@@ -87,7 +87,7 @@ def _defaults(run: dict[str, Any], sweep_key: str) -> dict[int, dict[str, Any]]:
     return {int(t["T"]): t[sweep_key][0] for t in run["per_T"] if t[sweep_key] and "us" in t[sweep_key][0]}
 
 
-def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None) -> str:
+def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None, l2_run: dict[str, Any] | None = None) -> str:
     tunes = tunes or {}
     heads = sorted(runs)
     any_run = runs[heads[0]]
@@ -139,7 +139,33 @@ def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None) -> str:
         out += ["", "Tuned config per (pair, H, T) (`kvtune tune`, tune_decode_h{H}_{pair}_h200.json, its own run):", "",
                 "| pair | H | T | config | us |", "|---|---|---|---|---|"]
         out += [f"| {p} | {h} | {t} | {_label(c['config'])} | {c['us']:.2f} |" for p, h, t, c in tuned_rows]
-    return "\n".join(out + [""] + done_when(runs, tunes)) + "\n"
+    return "\n".join(out + [""] + done_when(runs, tunes) + (resident(l2_run) if l2_run else [])) + "\n"
+
+
+def resident(doc: dict[str, Any]) -> list[str]:
+    """The fp8_584 pair's builds timed with the records L2-resident (`h200_session.sh resident`:
+    bench_decode_hm.py --records l2, results/resident/decode_hm_h200.json), beside FlashMLA's
+    128-head figures, which were taken that way. For reading only: issue 28's line is checked above,
+    on records from DRAM, as the issue words it."""
+    rows = [r for r in doc["rows"] if r.get("us") and r.get("records") == "L2" and r["pair"] == "fp8_584+fp8_584"]
+    if not rows:
+        return []
+    out = ["", f"Records L2-resident, as FlashMLA's 128-head figures were taken (`h200_session.sh resident`, "
+           f"{doc['provenance']['date']}; for reading beside them, not one of issue 28's lines):", "",
+           "| kernel | H | T=1 us | T=8 us | T=64 us |", "|---|---|---|---|---|",
+           "| FlashMLA sm90 V4 (issue 28) | 128 | " + " | ".join(f"{FLASHMLA[128][t]}" for t in TS) + " |"]
+    for h in sorted({r["H"] for r in rows}):
+        builds = list(dict.fromkeys(r["build"] for r in rows if r["H"] == h))
+        at = {(r["build"], r["T"]): r["us"] for r in rows if r["H"] == h}
+        out += [f"| kvtune {b} | {h} | " + " | ".join(f"{at[(b, t)]:.1f}" if (b, t) in at else "-" for t in TS) + " |"
+                for b in builds]
+        best = {t: min(at[(b, t)] for b in builds if (b, t) in at) for t in TS if any((b, t) in at for b in builds)}
+        if h == 128:
+            cells = ", ".join(f"T={t} {best[t]:.1f} vs {FLASHMLA[128][t]}" for t in TS if t in best)
+            ok = all(t in best and best[t] <= FLASHMLA[128][t] for t in TS)
+            out.append(f"- best of these at 128 heads against FlashMLA, both L2-resident ({cells} us): "
+                       + ("as fast or faster at every T" if ok else "behind at some T"))
+    return out
 
 
 def _best(run: dict[str, Any], key: str, tune: dict[int, dict[str, Any]] | None) -> dict[int, float]:
@@ -196,7 +222,9 @@ def main() -> int:
         return 1
     # Issue 28 asks for the fp8_584 pair's tuned configs; the V4.1 pair is compared on the runs' picks
     # (both pairs timed in one process), so only the fp8_584 pair's tunes are read.
-    text = table(runs, load_tunes(RESULTS, sorted(runs), [next(iter(runs.values()))["baseline_pair"]]))
+    l2_path = RESULTS / "resident" / "decode_hm_h200.json"
+    text = table(runs, load_tunes(RESULTS, sorted(runs), [next(iter(runs.values()))["baseline_pair"]]),
+                 json.loads(l2_path.read_text()) if l2_path.exists() else None)
     (RESULTS / "decode_heads_h200.md").write_text(text)
     print(text)
     return 0

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.heads_table import load_tunes, table
+from benchmarks.heads_table import load_tunes, resident, table
 
 PROV = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "date": "2026-12-02 01:59 UTC"}
 
@@ -106,6 +106,32 @@ def test_tuned_configs_get_rows_of_their_own_and_decide_the_flashmla_lines(tmp_p
     for text in (lines, untuned):
         assert "- V4.1 pair faster than the fp8_584 pair at every (H, T) measured (3): does NOT hold at " \
                "[(64, 1), (64, 8), (64, 64)]" in text
+
+
+def test_l2_resident_builds_sit_beside_flashmla_128_head_figures_for_reading() -> None:
+    # `h200_session.sh resident`'s run: only the fp8_584 pair's L2 rows are read (a DRAM row and the
+    # V4.1 pair's are left out), each build a row, and the best of them per T against FlashMLA's
+    # 128-head figures (taken L2-resident) as a reading, not one of the done-when lines.
+    def row(build: str, t: int, us: float | None, records: str = "L2",
+            pair: str = "fp8_584+fp8_584") -> dict[str, Any]:
+        return {"pair": pair, "H": 128, "T": t, "build": build, "records": records, "us": us,
+                "error": None if us else "hang"}
+
+    doc = {"provenance": PROV, "pairs": ["fp8_584+fp8_584"],
+           "rows": [row("split", 1, 14.0), row("split", 8, 16.0), row("split", 64, 28.0),
+                    row("ws", 1, 11.5), row("ws", 8, 15.0), row("ws", 64, None),
+                    row("split", 64, 1.0, records="DRAM"), row("split", 1, 1.0, pair="nvfp4_288+fp8_528")]}
+    lines = resident(doc)
+    assert "| FlashMLA sm90 V4 (issue 28) | 128 | 12.0 | 15.3 | 29.5 |" in lines
+    assert "| kvtune split | 128 | 14.0 | 16.0 | 28.0 |" in lines and "| kvtune ws | 128 | 11.5 | 15.0 | - |" in lines
+    assert lines[-1] == ("- best of these at 128 heads against FlashMLA, both L2-resident "
+                         "(T=1 11.5 vs 12.0, T=8 15.0 vs 15.3, T=64 28.0 vs 29.5 us): as fast or faster at every T")
+    doc["rows"][1]["us"] = 15.4  # the split's T=8; ws's 15.0 still best
+    doc["rows"][4]["us"] = 15.4
+    assert resident(doc)[-1].endswith("behind at some T")
+    r = _run(128, {t: [{"config": _cfg("wgmma", 4), "us": 9.0}] for t in (1, 8, 64)},
+             {t: [{"config": _cfg("wgmma", 4), "us": 20.0}] for t in (1, 8, 64)})
+    assert "Records L2-resident" in table({128: r}, l2_run=doc) and "Records L2-resident" not in table({128: r})
 
 
 def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
