@@ -14,6 +14,7 @@ mma.sync (HMMA), does it spill, how many barriers and shared-memory round trips 
     python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmws,PREFETCH=1"
     python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmpv" --loops  # each partition's tile loop
     python benchmarks/static_profile.py logits --fmt mxfp4_68 --cfg "dot=fp8keylut" --loop   # + the loop's mix
+    python benchmarks/static_profile.py decode --fmt fp8_584,fp8_584 --cfg "MMA=wgmma_hmpv" --json  # for scripts
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import json
 import os
 import sys
 from pathlib import Path
@@ -137,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop", action="store_true", help="also list the main loop's most frequent instructions")
     ap.add_argument("--loops", action="store_true",
                     help=f"also tabulate every innermost loop of {LOOP_MIN}+ instructions (each partition's per-tile cost)")
+    ap.add_argument("--json", action="store_true", help="print each config's profile as one JSON list instead")
     args = ap.parse_args(argv)
+    if args.json:
+        print(json.dumps([{"config": name or "default", **profile(case, args.target)} for text in args.cfg or [""]
+                          for name, case in cases_for(args.kernel, args.fmt.split(","), args.q_dtype, text)]))
+        return 0
     # sass: the whole kernel; loop: its outermost loop's body (per tile; see common.main_loop).
     cols = ["registers", "spills", "shared_bytes", "sass", "loop"] + sorted(set(CLASSES.values()))
     print("| config | " + " | ".join(cols) + " |")

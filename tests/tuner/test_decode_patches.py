@@ -4,11 +4,13 @@ to this tree and build what it says, or the call it waits for is wasted."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,24 +29,15 @@ def _patched_copy(patch: Path, dest: Path) -> Path:
     return dest
 
 
-def _static(tree: Path, fmt: str, cfg: str) -> tuple[dict[str, str], list[dict[str, str]]]:
-    # benchmarks/static_profile.py --loops on one decode build, compiled for sm_90 from `tree`: its
-    # summary row and its innermost loops' rows.
+def _static(tree: Path, fmt: str, cfg: str) -> dict[str, Any]:
+    # benchmarks/static_profile.py's profile of one decode build (its innermost loops included),
+    # compiled for sm_90 from `tree`.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "benchmarks/static_profile.py", "decode", "--fmt", fmt, "--cfg", cfg,
-                          "--loops"], cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
-    tables: list[list[list[str]]] = [[]]
-    for line in out.splitlines():
-        if line.startswith("|---"):
-            continue
-        if line.startswith("| "):
-            tables[-1].append([c.strip() for c in line.split("|")[1:-1]])
-        elif tables[-1]:
-            tables.append([])
-    summary, loops = (t for t in tables if t)
-    rows = [dict(zip(summary[0], r)) for r in summary[1:]] + [dict(zip(loops[0], r)) for r in loops[1:]]
-    assert rows[0]["config"] == cfg, out
-    return rows[0], rows[1:]
+                          "--json"], cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
+    (got,) = json.loads(out)
+    assert got["config"] == cfg, out
+    return got
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
@@ -62,9 +55,9 @@ def test_record_rows_u32_patch_shortens_the_producer_loops(fmt: str, tmp_path: P
     # with no more spills and the same shared memory.
     copy = _patched_copy(ROOT / "benchmarks" / "patches" / "record_rows_u32.patch", tmp_path)
     cfg = "MMA=wgmma_hmpv,PREFETCH=1"
-    (was, was_loops), (now, now_loops) = _static(ROOT, fmt, cfg), _static(copy, fmt, cfg)
-    assert int(now["spills"]) <= int(was["spills"]) and now["shared_bytes"] == was["shared_bytes"], (was, now)
-    before = [int(r["instructions"]) for r in was_loops if r["role"] == "producer"]
-    after = [int(r["instructions"]) for r in now_loops if r["role"] == "producer"]
-    assert len(before) == len(after) == 2, (was_loops, now_loops)
+    was, now = _static(ROOT, fmt, cfg), _static(copy, fmt, cfg)
+    assert now["spills"] <= was["spills"] and now["shared_bytes"] == was["shared_bytes"], (was, now)
+    before = [lp["instructions"] for lp in was["loops"] if lp["role"] == "producer"]
+    after = [lp["instructions"] for lp in now["loops"] if lp["role"] == "producer"]
+    assert len(before) == len(after) == 2, (was["loops"], now["loops"])
     assert all(a < b for a, b in zip(after, before)) and sum(after) <= 0.97 * sum(before), (before, after)

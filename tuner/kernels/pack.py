@@ -177,6 +177,12 @@ def allocator_slots(n: int, page: int, generator: torch.Generator, device: str |
     return perm[i // page] * page + i % page
 
 
+def _query_outputs(f: RecordFormat, n: int, device: str) -> dict[str, torch.Tensor]:
+    """The query quantiser's two dense outputs for n rows."""
+    return {"values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
+            "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device)}
+
+
 class PackFamily(PackSpec, KernelFamily):
     page_sized = True  # pack_kernel's PAGE_SHIFT
 
@@ -187,8 +193,7 @@ class PackFamily(PackSpec, KernelFamily):
         dg = device_generator(g, device)  # drawn where they are used (a 1M-token set: 12 s on a host CPU)
         x = (torch.randn(n, f.dims, generator=dg, device=device) * 3).to(torch.bfloat16)
         if is_query_key(key):  # n (token, head) rows and the two dense outputs
-            return {"x": x, "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
-                    "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device)}
+            return {"x": x, **_query_outputs(f, n, device)}
         pages = -(-n // PACK_PAGE_SIZE)
         return {"x": x, "slots": allocator_slots(n, PACK_PAGE_SIZE, dg, device),
                 "cache": alloc_cache(f, pages, PACK_PAGE_SIZE, device=device, fill=0), "page_size": PACK_PAGE_SIZE}
@@ -203,8 +208,7 @@ class PackFamily(PackSpec, KernelFamily):
         n, page = bucket.rep, page_size or PACK_PAGE_SIZE
         x = torch.empty(n, f.dims, dtype=torch.bfloat16, device=device)
         if is_query_key(key):
-            return {"x": x, "values": torch.empty(n, f.data_bytes, dtype=torch.uint8, device=device),
-                    "scales": torch.empty(n, f.scale_bytes, dtype=torch.uint8, device=device)}
+            return {"x": x, **_query_outputs(f, n, device)}
         return {"x": x, "slots": torch.zeros(n, dtype=torch.int64, device=device),
                 "cache": alloc_cache(f, 1, page, device=device, fill=0), "page_size": page}
 

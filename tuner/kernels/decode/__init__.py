@@ -47,10 +47,8 @@ class DecodeFamily(DecodeSpec, KernelFamily):
     def probe_inputs(self, key: ProblemKey, bucket: Bucket, device: str, seed: int,
                      page_size: int | None = None) -> dict[str, Any]:
         """With `page_size`, both caches in pages of that many slots (FlashMLA's take one size)."""
-        if page_size is None:
-            return self.make_inputs(key, bucket, device, seed)
         return make_decode_inputs(key.formats[0], key.formats[1], bucket.rep, key.heads, key.topk, key.window,
-                                  device, seed, page_size=page_size, win_page_size=page_size)
+                                  device, seed, page_size=page_size or DECODE_PAGE_SIZE)
 
     def run(self, key: ProblemKey, config: Config, inputs: dict[str, Any]) -> Any:
         return run_decode(key.formats[0], key.formats[1], config, inputs)
