@@ -13,7 +13,6 @@
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs / wgmma_wss (tiles shared by head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
-#   PYTEST_N=14 bash benchmarks/h200_session.sh ab-producer   # records addressed in 32 bits (patch): A/B + GPU tests
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -40,15 +39,7 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-# ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
-# device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
-ab_patch() {
-  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
-  { git apply "benchmarks/patches/$1" || patch -p1 --forward <"benchmarks/patches/$1"; } ||
-    { echo "$phase: $1 does not apply; nothing run"; exit 1; }
-}
-
-PHASES="tables|pack|pack-584|pack-tests|pack-tune|heads-table|share|resident|ab-producer|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -80,6 +71,17 @@ for phase in "$@"; do
       --pick backend=cvt,BLOCK_T=2,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2 \
       >"$OUT/bench_pack_584.log" 2>&1
     echo "bench_pack rc=$?" >>"$OUT/bench_pack_584.log"
+    ;;
+  pack-onerun)  # issue 26's pack line, one run: every format at its best measured config beside its default, 1M tokens
+    # (pack_h200_onerun.md's picks), byte-exact first; a directory a format
+    for fp in "nvfp4_288 backend=swar,BLOCK_T=4,TILES_PER_PROG=32" "fp8_528 backend=cvt,BLOCK_T=8,TILES_PER_PROG=8" \
+      "fp8_584 backend=cvt,BLOCK_T=4,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2" \
+      "mxfp4_68 backend=swar,BLOCK_T=16,TILES_PER_PROG=4" "fp8_132 backend=cvt,BLOCK_T=16,TILES_PER_PROG=1"; do
+      read -r f pick <<<"$fp"
+      timeout $(( $(left) - 10 )) python3 benchmarks/bench_pack.py --out "$OUT/results/onerun_$f" --formats "$f" --pick "$pick" \
+        >>"$OUT/bench_pack_onerun.log" 2>&1
+      echo "bench_pack $f rc=$?" >>"$OUT/bench_pack_onerun.log"
+    done
     ;;
   pack-tests)  # the pack tests on the GPU: every legal backend byte-exact, every e4m3 code and tie
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_pack.py -k "matches_reference or every_code_and_tie" \
@@ -135,21 +137,6 @@ for phase in "$@"; do
       --only "QK/PV split, splits auto, L2 prefetch" --only "QK/PV split, shared tiles, splits auto, L2 prefetch" \
       --out "$OUT/results/resident" >"$OUT/bench_decode_resident.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_resident.log"
-    ;;
-  ab-producer)  # A/B in one call: every wgmma build's records addressed by unsigned 32-bit math past one wide
-    # multiply (benchmarks/patches/record_rows_u32.patch; static sm_90: the QK / PV split's producer loops 1252 + 1151
-    # -> 1151 + 1067 SASS a tile on the fp8_584 pair) against the tree as it is, at 128 heads (HEADS), T = 64, 8, 1,
-    # both pairs, the builds the 128-head tune picks (one warpgroup, warp-specialised, the split); then the GPU tests
-    # of every wgmma build that reads records (pages of 16 / 8 and 48 / 24 slots: the shift and the division paths)
-    ab_patch record_rows_u32.patch
-    hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) / 2 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
-      --only "=heads on M QK/PV split, splits auto, L2 prefetch" --only "=warp-specialised, splits auto" \
-      --only "=wgmma 1 warpgroup, splits auto" >"$OUT/ab_producer.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
-      -k "sm90 and (matches or takes_list_lengths)" >"$OUT/results/pytest_decode_record_rows_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_record_rows_gpu_h200.log"
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)

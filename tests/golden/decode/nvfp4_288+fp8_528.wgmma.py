@@ -306,17 +306,22 @@ def _record_rows(slot, page_size, page_bytes, area, l: gl.constexpr, ROW: gl.con
     # the scale rows after page_size data rows), in layout l; and whether the slot is a key (-1: no).
     slot = gl.convert_layout(slot, l)
     valid = slot >= 0
-    s = gl.where(valid, slot, 0)
+    s = gl.where(valid, slot, 0).to(gl.uint32, bitcast=True)
     if SHIFT >= 0:
         # A power-of-two page size: shift and mask, not an integer division (~20 instructions
         # of long latency a key, on the way from the slots to the loads; 0.5 us of 34.5 with one
         # program walking all ten tiles of a token on the H200).
-        page = (s >> SHIFT).to(gl.int64)
-        off = (s & ((1 << SHIFT) - 1)).to(gl.int64)
+        page = s >> SHIFT
+        off = s & ((1 << SHIFT) - 1)
     else:
-        page = (s // page_size).to(gl.int64)
-        off = (s % page_size).to(gl.int64)
-    return page * page_bytes + area + off * ROW, valid
+        page = s // page_size.to(gl.uint32, bitcast=True)
+        off = s % page_size.to(gl.uint32, bitcast=True)
+    # Unsigned, the page's start by one 32 x 32 -> 64-bit multiply-add and the row's place in its
+    # page in 32 bits (a page is far under 2**31 bytes): as int64 math on signed slots it was
+    # ~18 instructions a key (sign words, the high half of off * ROW), for every layout a
+    # producer addresses records in.
+    pb = page_bytes.to(gl.uint32, bitcast=True).to(gl.uint64)
+    return page.to(gl.uint64) * pb + (area + off * ROW), valid
 
 
 @gluon.jit
