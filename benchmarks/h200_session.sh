@@ -39,7 +39,15 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
-PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+# ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
+# device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
+ab_patch() {
+  tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+  { git apply "benchmarks/patches/$1" || patch -p1 --forward <"benchmarks/patches/$1"; } ||
+    { echo "$phase: $1 does not apply; nothing run"; exit 1; }
+}
+
+PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -137,6 +145,19 @@ for phase in "$@"; do
       --only "QK/PV split, splits auto, L2 prefetch" --only "QK/PV split, shared tiles, splits auto, L2 prefetch" \
       --out "$OUT/results/resident" >"$OUT/bench_decode_resident.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_resident.log"
+    ;;
+  ab-tail)  # A/B in one call (a call of its own: the copy stays patched): the fp8_584 tail's bf16 dims fetched in the
+    # e4m3 tail's layout (T2) from its row addresses by the heads-on-M producers (benchmarks/patches/tail_t2.patch;
+    # static sm_90: their producer loops 1151 + 1067 -> 1108 + 1021 SASS a tile, the split's spills 20 -> 42 bytes),
+    # at 128 and 64 heads (HEADS), T = 64, 8, 1; then the GPU tests of the builds that fetch the tail
+    ab_patch tail_t2.patch
+    hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
+    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
+      --pair fp8_584+fp8_584 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
+      --only "=heads on M warp-specialised, splits auto, L2 prefetch" >"$OUT/ab_tail.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+      -k "sm90 and fp8_584 and (heads_on_m or shared_tile)" >"$OUT/results/pytest_decode_tail_t2_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_tail_t2_gpu_h200.log"
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
