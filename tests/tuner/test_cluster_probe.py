@@ -1,0 +1,35 @@
+"""benchmarks/cluster_probe.py: the 2-CTA cluster path a 128-head decode build would take (each CTA
+converting half of a tile into both CTAs' shared memory, as FlashMLA does), in Gluon with inline PTX."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _probe(*args: str) -> subprocess.CompletedProcess:
+    # A process of its own: Triton compiles there (this one may run under TRITON_INTERPRET).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "benchmarks/cluster_probe.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cluster_probe_compiles_a_two_cta_cluster_with_dsmem_stores_for_sm90() -> None:
+    got = _probe()
+    assert got.returncode == 0, got.stdout + got.stderr
+    for fact in ("cluster of 2", "DSMEM address", "DSMEM store", "cluster barrier", "program id is the cluster's"):
+        assert f"{fact}: yes" in got.stdout, got.stdout
+
+
+@pytest.mark.skipif(not SM90, reason="launches a 2-CTA cluster on an sm_90 GPU")
+def test_cluster_probe_reads_what_the_peer_cta_wrote_on_sm90() -> None:
+    got = _probe("--run")
+    assert got.returncode == 0 and "DSMEM round trip: ok" in got.stdout, got.stdout + got.stderr
