@@ -152,8 +152,8 @@ for phase in "$@"; do
     # at 128 and 64 heads (HEADS), T = 64, 8, 1; then the GPU tests of the builds that fetch the tail
     ab_patch tail_t2.patch
     hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
-      --pair fp8_584+fp8_584 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
+    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
+      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
       --only "=heads on M warp-specialised, splits auto, L2 prefetch" >"$OUT/ab_tail.log" 2>&1
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "sm90 and fp8_584 and (heads_on_m or shared_tile)" >"$OUT/results/pytest_decode_tail_t2_gpu_h200.log" 2>&1

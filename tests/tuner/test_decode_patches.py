@@ -46,7 +46,6 @@ def test_patch_applies_to_this_tree(patch: Path) -> None:
     assert got.returncode == 0, got.stderr
 
 
-
 @pytest.mark.parametrize("cfg", ["MMA=wgmma_hmpv,PREFETCH=1", "MMA=wgmma_hmws,PREFETCH=1"])
 def test_tail_t2_patch_shortens_the_producer_loops(cfg: str, tmp_path: Path) -> None:
     # The fp8_584 tail's bf16 dims fetched in the e4m3 tail's layout from its row addresses
