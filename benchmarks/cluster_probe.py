@@ -16,9 +16,17 @@ cluster primitives (only `fence_async_shared(cluster=True)`), so this probe does
   kernel whose CTAs hold different values needs CTA-split layouts (heads across CTAs) for its
   outputs, or stores of its own.
 
-CPU (`python benchmarks/cluster_probe.py`): compiles for sm_90 and prints what the PTX holds.
-GPU (`--run`): launches 3 clusters; CTA 0 reads back what CTA 1 wrote into its shared memory
-(`offs * 10 + 1`), which only a working DSMEM store gives.
+A second kernel is the mechanism itself (`half_tile_kernel`): each CTA writes half of a tile's rows
+into its own NVMMA-swizzled tile, then thread 0 sends that half into the same place in the peer's
+tile with one `cp.async.bulk.shared::cluster.shared::cta`, completing the bytes the peer's mbarrier
+expects; each CTA waits on its own barrier and then holds the whole tile. The buffers' offsets come
+from Triton's own allocator pass (`shared_offsets`), the kernel compiled once to place them and once
+with them as constexprs (checked unmoved).
+
+CPU (`python benchmarks/cluster_probe.py`): compiles both for sm_90 and prints what their PTX holds.
+GPU (`--run`): launches 3 clusters of each; the first's CTA 0 must read what CTA 1 wrote into its
+shared memory (`offs * 10 + 1`), and in the second both CTAs must read back the whole tile, which
+only working DSMEM stores and bulk copies give.
 """
 
 from __future__ import annotations
@@ -33,9 +41,12 @@ if __package__ in (None, ""):
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 N = 128
 CLUSTER = 2
+ROWS, COLS = 64, 64  # a tile: keys x bf16 dims, one 128-byte swizzle atom wide (rows contiguous)
+HALF_BYTES = ROWS // 2 * COLS * 2
 
 
 @gluon.jit
@@ -79,18 +90,132 @@ def cluster_probe_kernel(out_ptr, N: gl.constexpr):
     gl.store(out_ptr + gl.program_id(0) * N + offs, smem.load(L))  # issued by rank 0 only
 
 
-def compile_for(arch: int = 90) -> Any:
+@gluon.jit
+def _bulk_to_peer(src_offset, rank, bar_offset, nbytes):
+    # Thread 0 of the CTA copies `nbytes` of its shared memory at `src_offset` to the same place in
+    # the peer CTA (cp.async.bulk, shared::cta -> shared::cluster), completing that many bytes of the
+    # transaction the peer's mbarrier at `bar_offset` expects: how a producer hands its half of a
+    # tile over. One element a thread, or thread 0 issues it once an element.
+    return gl.inline_asm_elementwise(
+        """{ .reg .u32 s, d, b, p; .reg .pred t; mov.u32 s, global_smem; add.u32 b, s, $3; add.u32 s, s, $1;
+        xor.b32 p, $2, 1; mapa.shared::cluster.u32 d, s, p; mapa.shared::cluster.u32 b, b, p;
+        mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
+        @t cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [s], $4, [b]; }""",
+        "=r,r,r,r,r", [src_offset, rank, bar_offset, nbytes], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _store_global(ptr, value):
+    # A store every CTA issues (a store of a replicated layout is CTA rank 0's only).
+    return gl.inline_asm_elementwise("st.global.b32 [$1], $2; mov.u32 $0, 0;", "=r,l,r", [ptr, value],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+# Layouts replicated on both CTAs (a cga basis of zeros), built here: a list literal inside a
+# jit function becomes a Triton tuple, and triton 3.6 then fails comparing two such layouts.
+HALF_B = gl.constexpr(gl.BlockedLayout([1, 8], [8, 4], [4, 1], [1, 0], cga_layout=[[0, 0]]))
+HALF_T = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2, cga_layout=[[0, 0]]))
+HALF_M = gl.constexpr(mbarrier.MBarrierLayout(cga_layout=[[0]]))
+HALF_I = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0], cga_layout=[[0]]))
+
+
+@gluon.jit
+def half_tile_kernel(out_ptr, TILE_OFF: gl.constexpr, BAR_OFF: gl.constexpr, ROWS: gl.constexpr,
+                     COLS: gl.constexpr):
+    # Each CTA of a 2-CTA cluster converts half of a tile's rows (keys) into its own shared tile, then
+    # sends that half into the peer's tile; each waits on its own mbarrier for its own arrival and the
+    # peer's bytes, then holds the whole tile. out[cluster, rank, r, c] is what the CTA read back.
+    B: gl.constexpr = HALF_B
+    T: gl.constexpr = HALF_T
+    tile = gl.allocate_shared_memory(gl.bfloat16, [ROWS, COLS], T)
+    M: gl.constexpr = HALF_M
+    bar = gl.allocate_shared_memory(gl.int64, [1], M)
+    mbarrier.init(bar, count=1)
+    r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, B))[:, None]
+    c = gl.arange(0, COLS, layout=gl.SliceLayout(0, B))[None, :]
+    rank = _cta_rank(r + c)
+    want = ((r * 3 + c) % 251).to(gl.bfloat16)
+    mine = (r // (ROWS // 2)) == rank
+    tile.store(gl.where(mine, want, -1.0))  # the other half: -1 until the peer's bytes land
+    fence_async_shared()
+    gl.thread_barrier()
+    _cluster_sync(r + c)  # both barriers initialised and both local halves written
+    mbarrier.expect(bar, ROWS // 2 * COLS * 2)
+    # One element a thread, so that thread 0 issues the copy once.
+    I: gl.constexpr = HALF_I
+    i = gl.arange(0, 128, layout=I)
+    rank1 = _cta_rank(i)
+    half = ROWS // 2 * COLS * 2
+    _bulk_to_peer(TILE_OFF + rank1 * half, rank1, BAR_OFF + i * 0, i * 0 + half)
+    mbarrier.wait(bar, 0)
+    got = tile.load(B).to(gl.float32).to(gl.int32, bitcast=True)
+    base = (gl.program_id(0) * 2 + rank) * ROWS * COLS
+    _store_global(out_ptr + base + r * COLS + c, got)
+    _cluster_sync(r + c)  # neither CTA leaves while its half may still be read by the copy
+
+
+def _compile(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], arch: int = 90) -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    src = GluonASTSource(fn=cluster_probe_kernel, signature={"out_ptr": "*i32", "N": "constexpr"},
-                         constexprs={"N": N}, attrs={})
+    src = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs={})
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4, "num_ctas": CLUSTER})
 
 
+def compile_for(arch: int = 90) -> Any:
+    return _compile(cluster_probe_kernel, {"out_ptr": "*i32", "N": "constexpr"}, {"N": N}, arch)
+
+
+def shared_offsets(compiled: Any, arch: int = 90) -> list[tuple[str, int]]:
+    """Each shared allocation's type and byte offset in Triton's dynamic shared memory, in program
+    order: the kernel's TTGIR through the passes of `make_llir` up to Triton's shared-memory
+    allocator (Gluon exposes no buffer's address; `mapa` needs one)."""
+    import re
+    import tempfile
+
+    from triton._C.libtriton import ir, nvidia, passes
+
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    nvidia.load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as f:
+        f.write(compiled.asm["ttgir"])
+        f.flush()
+        mod = ir.parse_mlir_module(f.name, ctx)
+    mod.context = ctx
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    # The PTX version the compile chose (".version 8.7" -> 87), as make_llir passes it.
+    major, minor = re.search(r"^\.version (\d+)\.(\d+)", compiled.asm["ptx"], re.M).groups()
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, arch, int(major) * 10 + int(minor))
+    pm.run(mod, "shared_offsets")
+    alloc = r"ttg\.local_alloc \{allocation\.offset = (\d+) : i32\} : \(\) -> !ttg\.memdesc<([^,>]+)"
+    found = re.findall(alloc, str(mod))
+    return [(ty, int(off)) for off, ty in found]
+
+
+HALF_SIG = {"out_ptr": "*i32", "TILE_OFF": "constexpr", "BAR_OFF": "constexpr", "ROWS": "constexpr",
+            "COLS": "constexpr"}
+
+
+def compile_half_tile(arch: int = 90) -> tuple[Any, dict[str, int]]:
+    """half_tile_kernel compiled with its buffers' real offsets: once to place them, once with them
+    (the offsets are constexprs that do not change what is allocated; checked)."""
+    consts = {"TILE_OFF": 0, "BAR_OFF": 0, "ROWS": ROWS, "COLS": COLS}
+    first = shared_offsets(_compile(half_tile_kernel, HALF_SIG, consts, arch), arch)
+    offs = {"tile": next(o for ty, o in first if ty.endswith("bf16")),
+            "bar": next(o for ty, o in first if ty.endswith("i64"))}
+    k = _compile(half_tile_kernel, HALF_SIG, {**consts, "TILE_OFF": offs["tile"], "BAR_OFF": offs["bar"]}, arch)
+    assert shared_offsets(k, arch) == first, "the offsets moved between the two compiles"
+    return k, offs
+
+
 def ptx_facts(ptx: str) -> dict[str, bool]:
-    """What the probe's PTX must hold for the cluster path to be real."""
+    """What cluster_probe_kernel's PTX must hold for the cluster path to be real."""
     return {
         "cluster of 2": ".reqnctapercluster 2" in ptx,
         "DSMEM address": "mapa.shared::cluster.u32" in ptx,
@@ -100,30 +225,50 @@ def ptx_facts(ptx: str) -> dict[str, bool]:
     }
 
 
-def run_on_gpu(clusters: int = 3) -> list[int]:
-    """Launch `clusters` clusters; return the rows where CTA 0 did not read CTA 1's values."""
+def half_tile_facts(ptx: str) -> dict[str, bool]:
+    """What half_tile_kernel's PTX must hold: the bulk copy into the peer with its mbarrier's
+    transaction, each CTA's own barrier set up and awaited."""
+    return {
+        "bulk copy to the peer": "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes" in ptx,
+        "barrier expects the peer's bytes": "mbarrier.arrive.expect_tx.shared.b64" in ptx,
+        "barrier awaited": "mbarrier.try_wait.parity.shared.b64" in ptx,
+    }
+
+
+def run_on_gpu(clusters: int = 3) -> dict[str, list[int]]:
+    """Launch both probes on `clusters` clusters; for each, the clusters whose read-back was wrong."""
     import torch
 
     out = torch.full((clusters, N), -1, dtype=torch.int32, device="cuda")
     cluster_probe_kernel[(clusters,)](out, N=N, num_warps=4, num_ctas=CLUSTER)
+    _, offs = compile_half_tile()
+    tile = torch.full((clusters, CLUSTER, ROWS, COLS), -1, dtype=torch.int32, device="cuda")
+    half_tile_kernel[(clusters,)](tile, TILE_OFF=offs["tile"], BAR_OFF=offs["bar"], ROWS=ROWS, COLS=COLS,
+                                  num_warps=4, num_ctas=CLUSTER)
     torch.cuda.synchronize()
     want = torch.arange(N, dtype=torch.int32, device="cuda") * 10 + 1
-    return [i for i in range(clusters) if not torch.equal(out[i], want)]
+    r = torch.arange(ROWS, device="cuda")[:, None]
+    c = torch.arange(COLS, device="cuda")[None, :]
+    want_tile = ((r * 3 + c) % 251).float().view(torch.int32)
+    return {"dsmem store": [i for i in range(clusters) if not torch.equal(out[i], want)],
+            "half tiles": [i for i in range(clusters) if not all(torch.equal(tile[i, k], want_tile)
+                                                                  for k in range(CLUSTER))]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", action="store_true", help="launch it on the local GPU (sm_90)")
+    ap.add_argument("--run", action="store_true", help="launch them on the local GPU (sm_90)")
     args = ap.parse_args()
-    facts = ptx_facts(compile_for().asm["ptx"])
+    facts = {**ptx_facts(compile_for().asm["ptx"]), **half_tile_facts(compile_half_tile()[0].asm["ptx"])}
     for name, ok in facts.items():
         print(f"  {name}: {'yes' if ok else 'NO'}")
     if not all(facts.values()):
         return 1
     if args.run:
         bad = run_on_gpu()
-        print("DSMEM round trip:", "ok" if not bad else f"wrong in clusters {bad}")
-        return 1 if bad else 0
+        for name, clusters in bad.items():
+            print(f"{name} round trip:", "ok" if not clusters else f"wrong in clusters {clusters}")
+        return 1 if any(bad.values()) else 0
     return 0
 
 

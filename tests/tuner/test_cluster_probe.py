@@ -22,14 +22,16 @@ def _probe(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_cluster_probe_compiles_a_two_cta_cluster_with_dsmem_stores_for_sm90() -> None:
+def test_cluster_probe_compiles_two_cta_clusters_with_dsmem_stores_and_bulk_copies_for_sm90() -> None:
     got = _probe()
     assert got.returncode == 0, got.stdout + got.stderr
-    for fact in ("cluster of 2", "DSMEM address", "DSMEM store", "cluster barrier", "program id is the cluster's"):
+    for fact in ("cluster of 2", "DSMEM address", "DSMEM store", "cluster barrier", "program id is the cluster's",
+                 "bulk copy to the peer", "barrier expects the peer's bytes", "barrier awaited"):
         assert f"{fact}: yes" in got.stdout, got.stdout
 
 
 @pytest.mark.skipif(not SM90, reason="launches a 2-CTA cluster on an sm_90 GPU")
 def test_cluster_probe_reads_what_the_peer_cta_wrote_on_sm90() -> None:
     got = _probe("--run")
-    assert got.returncode == 0 and "DSMEM round trip: ok" in got.stdout, got.stdout + got.stderr
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "dsmem store round trip: ok" in got.stdout and "half tiles round trip: ok" in got.stdout, got.stdout
