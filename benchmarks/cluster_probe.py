@@ -32,9 +32,11 @@ only working DSMEM stores and bulk copies give.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -255,10 +257,72 @@ def run_on_gpu(clusters: int = 3) -> dict[str, list[int]]:
                                                                   for k in range(CLUSTER))]}
 
 
+@contextlib.contextmanager
+def replicated_layouts() -> Iterator[None]:
+    """Every Gluon layout built inside defaults to one replicated on both CTAs of the cluster (a
+    cga basis of zeros), as a decode build compiled with num_ctas=2 needs; restored on exit."""
+    from triton.experimental.gluon.language import _layouts as LY
+
+    ranks = {LY.BlockedLayout: lambda x: len(x.size_per_thread), LY.NVMMASharedLayout: lambda x: x.rank,
+             LY.SwizzledSharedLayout: lambda x: len(x.order), LY.NVMMADistributedLayout: lambda x: 2}
+    saved = {cls: cls.__post_init__ for cls in ranks}
+
+    def patched(cls: type) -> Any:
+        def post(self: Any) -> None:
+            saved[cls](self)
+            if not self.cga_layout:
+                object.__setattr__(self, "cga_layout", [[0] * ranks[cls](self)])
+        return post
+
+    for cls in ranks:
+        cls.__post_init__ = patched(cls)
+    try:
+        yield
+    finally:
+        for cls, post in saved.items():
+            cls.__post_init__ = post
+
+
+def decode_as_cluster(pair: str, cfg: str) -> dict[str, Any]:
+    """A decode wgmma build (`static_profile.py`'s case for `cfg`) compiled for sm_90 as a 2-CTA
+    cluster, every layout replicated: its static stats and whether the PTX is a cluster's, or the
+    compiler's error. The builds are unchanged; this asks only whether Triton takes them so."""
+    import triton
+
+    from benchmarks.static_profile import cases_for
+    from tuner.compile import _request, compile_with_stats
+
+    real = triton.compile
+
+    def as_cluster(src: Any, target: Any = None, options: dict | None = None) -> Any:
+        return real(src, target=target, options={**(options or {}), "num_ctas": CLUSTER})
+
+    ((_, case),) = cases_for("decode", pair.split(","), "bf16", cfg)
+    triton.compile = as_cluster
+    try:
+        with replicated_layouts():
+            k, stats = compile_with_stats(_request(case, "sm_90"))
+    except Exception as e:  # the compiler's verdict is the answer
+        return {"error": str(e).strip().splitlines()[-1][:300]}
+    finally:
+        triton.compile = real
+    ptx = k.asm["ptx"]
+    return {**{key: stats[key] for key in ("registers", "spills", "shared_bytes")},
+            "cluster of 2": ".reqnctapercluster 2" in ptx,
+            "ctarank reads (masks of replicated stores)": ptx.count("%cluster_ctarank")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", action="store_true", help="launch them on the local GPU (sm_90)")
+    ap.add_argument("--decode", nargs=2, metavar=("PAIR", "CFG"),
+                    help="instead: compile a decode build as a 2-CTA cluster "
+                         "(e.g. nvfp4_288,fp8_528 MMA=wgmma_hmpv; the compiler's error goes to stderr)")
     args = ap.parse_args()
+    if args.decode:
+        got = decode_as_cluster(*args.decode)
+        print(json.dumps(got))
+        return 1 if "error" in got else 0
     facts = {**ptx_facts(compile_for().asm["ptx"]), **half_tile_facts(compile_half_tile()[0].asm["ptx"])}
     for name, ok in facts.items():
         print(f"  {name}: {'yes' if ok else 'NO'}")

@@ -3,6 +3,7 @@ converting half of a tile into both CTAs' shared memory, as FlashMLA does), in G
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,3 +36,13 @@ def test_cluster_probe_reads_what_the_peer_cta_wrote_on_sm90() -> None:
     got = _probe("--run")
     assert got.returncode == 0, got.stdout + got.stderr
     assert "dsmem store round trip: ok" in got.stdout and "half tiles round trip: ok" in got.stdout, got.stdout
+
+
+def test_the_v41_qk_pv_split_compiles_as_a_two_cta_cluster_for_sm90() -> None:
+    # The build a 128-head cluster build would grow from (MMA=wgmma_hmpv), unchanged but compiled with
+    # num_ctas=2 and every layout replicated on both CTAs: Triton 3.6 takes it whole (warp_specialize,
+    # wgmma, mbarriers), with no spills and within sm_90's 227 KiB of shared memory a CTA.
+    got = _probe("--decode", "nvfp4_288,fp8_528", "MMA=wgmma_hmpv,PREFETCH=1")
+    assert got.returncode == 0, got.stdout + got.stderr
+    stats = json.loads(got.stdout.strip().splitlines()[-1])
+    assert stats["cluster of 2"] and stats["spills"] == 0 and stats["shared_bytes"] <= 227 * 1024, stats
