@@ -47,7 +47,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -158,6 +158,12 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "sm90 and fp8_584 and (heads_on_m or shared_tile)" >"$OUT/results/pytest_decode_tail_t2_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_tail_t2_gpu_h200.log"
+    ;;
+  cluster-probe)  # the 2-CTA cluster path a 128-head build would take (benchmarks/cluster_probe.py): a DSMEM store and
+    # the half-tile hand-over (cp.async.bulk into the peer, its mbarrier's bytes) read back on the GPU; seconds
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_cluster_probe.py -p no:cacheprovider -rA \
+      >"$OUT/results/pytest_cluster_probe_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_cluster_probe_gpu_h200.log"
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
