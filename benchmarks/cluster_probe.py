@@ -19,7 +19,8 @@ cluster primitives (only `fence_async_shared(cluster=True)`), so this probe does
 A second kernel is the mechanism itself (`half_tile_kernel`): each CTA writes half of a tile's rows
 into its own NVMMA-swizzled tile, then thread 0 sends that half into the same place in the peer's
 tile with one `cp.async.bulk.shared::cluster.shared::cta`, completing the bytes the peer's mbarrier
-expects; each CTA waits on its own barrier and then holds the whole tile. The buffers' offsets come
+expects; each CTA waits on its own barrier and then holds the whole tile, then arrives on its own
+`done` barrier and, remotely (`mbarrier.arrive.release.cluster` through `mapa`), on the peer's. The buffers' offsets come
 from Triton's own allocator pass (`shared_offsets`), the kernel compiled once to place them and once
 with them as constexprs (checked unmoved).
 
@@ -107,6 +108,16 @@ def _bulk_to_peer(src_offset, rank, bar_offset, nbytes):
 
 
 @gluon.jit
+def _arrive_on_peer(bar_offset, rank):
+    # Thread 0 arrives once on the peer CTA's mbarrier at `bar_offset` (one element a thread).
+    return gl.inline_asm_elementwise(
+        """{ .reg .u32 b, p; .reg .pred t; mov.u32 b, global_smem; add.u32 b, b, $1; xor.b32 p, $2, 1;
+        mapa.shared::cluster.u32 b, b, p; mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
+        @t mbarrier.arrive.release.cluster.shared::cluster.b64 _, [b]; }""",
+        "=r,r,r", [bar_offset, rank], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _store_global(ptr, value):
     # A store every CTA issues (a store of a replicated layout is CTA rank 0's only).
     return gl.inline_asm_elementwise("st.global.b32 [$1], $2; mov.u32 $0, 0;", "=r,l,r", [ptr, value],
@@ -122,17 +133,21 @@ HALF_I = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0], cga_layout=[[0]]))
 
 
 @gluon.jit
-def half_tile_kernel(out_ptr, TILE_OFF: gl.constexpr, BAR_OFF: gl.constexpr, ROWS: gl.constexpr,
-                     COLS: gl.constexpr):
+def half_tile_kernel(out_ptr, TILE_OFF: gl.constexpr, BAR_OFF: gl.constexpr, DONE_OFF: gl.constexpr,
+                     ROWS: gl.constexpr, COLS: gl.constexpr):
     # Each CTA of a 2-CTA cluster converts half of a tile's rows (keys) into its own shared tile, then
     # sends that half into the peer's tile; each waits on its own mbarrier for its own arrival and the
     # peer's bytes, then holds the whole tile. out[cluster, rank, r, c] is what the CTA read back.
+    # Then each says it is done with the tile on its own `done` barrier and, remotely, on the peer's
+    # (a decode build's empty barriers, which count both CTAs' consumers).
     B: gl.constexpr = HALF_B
     T: gl.constexpr = HALF_T
     tile = gl.allocate_shared_memory(gl.bfloat16, [ROWS, COLS], T)
     M: gl.constexpr = HALF_M
     bar = gl.allocate_shared_memory(gl.int64, [1], M)
+    done = gl.allocate_shared_memory(gl.int64, [1], M)
     mbarrier.init(bar, count=1)
+    mbarrier.init(done, count=2)  # this CTA's arrival and the peer's
     r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, B))[:, None]
     c = gl.arange(0, COLS, layout=gl.SliceLayout(0, B))[None, :]
     rank = _cta_rank(r + c)
@@ -153,7 +168,10 @@ def half_tile_kernel(out_ptr, TILE_OFF: gl.constexpr, BAR_OFF: gl.constexpr, ROW
     got = tile.load(B).to(gl.float32).to(gl.int32, bitcast=True)
     base = (gl.program_id(0) * 2 + rank) * ROWS * COLS
     _store_global(out_ptr + base + r * COLS + c, got)
-    _cluster_sync(r + c)  # neither CTA leaves while its half may still be read by the copy
+    gl.thread_barrier()
+    mbarrier.arrive(done)
+    _arrive_on_peer(DONE_OFF + i * 0, rank1)
+    mbarrier.wait(done, 0)  # neither CTA leaves while the peer may still read or signal its memory
 
 
 def _compile(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], arch: int = 90) -> Any:
@@ -200,18 +218,19 @@ def shared_offsets(compiled: Any, arch: int = 90) -> list[tuple[str, int]]:
     return [(ty, int(off)) for off, ty in found]
 
 
-HALF_SIG = {"out_ptr": "*i32", "TILE_OFF": "constexpr", "BAR_OFF": "constexpr", "ROWS": "constexpr",
-            "COLS": "constexpr"}
+HALF_SIG = {"out_ptr": "*i32", "TILE_OFF": "constexpr", "BAR_OFF": "constexpr", "DONE_OFF": "constexpr",
+            "ROWS": "constexpr", "COLS": "constexpr"}
 
 
 def compile_half_tile(arch: int = 90) -> tuple[Any, dict[str, int]]:
     """half_tile_kernel compiled with its buffers' real offsets: once to place them, once with them
     (the offsets are constexprs that do not change what is allocated; checked)."""
-    consts = {"TILE_OFF": 0, "BAR_OFF": 0, "ROWS": ROWS, "COLS": COLS}
+    consts = {"TILE_OFF": 0, "BAR_OFF": 0, "DONE_OFF": 0, "ROWS": ROWS, "COLS": COLS}
     first = shared_offsets(_compile(half_tile_kernel, HALF_SIG, consts, arch), arch)
-    offs = {"tile": next(o for ty, o in first if ty.endswith("bf16")),
-            "bar": next(o for ty, o in first if ty.endswith("i64"))}
-    k = _compile(half_tile_kernel, HALF_SIG, {**consts, "TILE_OFF": offs["tile"], "BAR_OFF": offs["bar"]}, arch)
+    bars = [o for ty, o in first if ty.endswith("i64")]  # in program order: bar, done
+    offs = {"tile": next(o for ty, o in first if ty.endswith("bf16")), "bar": bars[0], "done": bars[1]}
+    k = _compile(half_tile_kernel, HALF_SIG, {**consts, "TILE_OFF": offs["tile"], "BAR_OFF": offs["bar"],
+                                              "DONE_OFF": offs["done"]}, arch)
     assert shared_offsets(k, arch) == first, "the offsets moved between the two compiles"
     return k, offs
 
@@ -234,6 +253,7 @@ def half_tile_facts(ptx: str) -> dict[str, bool]:
         "bulk copy to the peer": "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes" in ptx,
         "barrier expects the peer's bytes": "mbarrier.arrive.expect_tx.shared.b64" in ptx,
         "barrier awaited": "mbarrier.try_wait.parity.shared.b64" in ptx,
+        "remote arrive": "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx,
     }
 
 
@@ -245,8 +265,8 @@ def run_on_gpu(clusters: int = 3) -> dict[str, list[int]]:
     cluster_probe_kernel[(clusters,)](out, N=N, num_warps=4, num_ctas=CLUSTER)
     _, offs = compile_half_tile()
     tile = torch.full((clusters, CLUSTER, ROWS, COLS), -1, dtype=torch.int32, device="cuda")
-    half_tile_kernel[(clusters,)](tile, TILE_OFF=offs["tile"], BAR_OFF=offs["bar"], ROWS=ROWS, COLS=COLS,
-                                  num_warps=4, num_ctas=CLUSTER)
+    half_tile_kernel[(clusters,)](tile, TILE_OFF=offs["tile"], BAR_OFF=offs["bar"], DONE_OFF=offs["done"], ROWS=ROWS,
+                                  COLS=COLS, num_warps=4, num_ctas=CLUSTER)
     torch.cuda.synchronize()
     want = torch.arange(N, dtype=torch.int32, device="cuda") * 10 + 1
     r = torch.arange(ROWS, device="cuda")[:, None]

@@ -27,7 +27,7 @@ def test_cluster_probe_compiles_two_cta_clusters_with_dsmem_stores_and_bulk_copi
     got = _probe()
     assert got.returncode == 0, got.stdout + got.stderr
     for fact in ("cluster of 2", "DSMEM address", "DSMEM store", "cluster barrier", "program id is the cluster's",
-                 "bulk copy to the peer", "barrier expects the peer's bytes", "barrier awaited"):
+                 "bulk copy to the peer", "barrier expects the peer's bytes", "barrier awaited", "remote arrive"):
         assert f"{fact}: yes" in got.stdout, got.stdout
 
 
