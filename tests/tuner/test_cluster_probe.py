@@ -38,11 +38,16 @@ def test_cluster_probe_reads_what_the_peer_cta_wrote_on_sm90() -> None:
     assert "dsmem store round trip: ok" in got.stdout and "half tiles round trip: ok" in got.stdout, got.stdout
 
 
-def test_the_v41_qk_pv_split_compiles_as_a_two_cta_cluster_for_sm90() -> None:
+@pytest.mark.parametrize("pair", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
+def test_the_qk_pv_split_compiles_as_a_two_cta_cluster_for_sm90(pair: str) -> None:
     # The build a 128-head cluster build would grow from (MMA=wgmma_hmpv), unchanged but compiled with
     # num_ctas=2 and every layout replicated on both CTAs: Triton 3.6 takes it whole (warp_specialize,
-    # wgmma, mbarriers), with no spills and within sm_90's 227 KiB of shared memory a CTA.
-    got = _probe("--decode", "nvfp4_288,fp8_528", "MMA=wgmma_hmpv,PREFETCH=1")
+    # wgmma, mbarriers) within sm_90's 227 KiB of shared memory a CTA; the V4.1 pair without spills.
+    # The fp8_584 pair's tail chunk is written as its two swizzle blocks, not through shared-memory
+    # slices, which a cluster build cannot take.
+    got = _probe("--decode", pair, "MMA=wgmma_hmpv,PREFETCH=1")
     assert got.returncode == 0, got.stdout + got.stderr
     stats = json.loads(got.stdout.strip().splitlines()[-1])
-    assert stats["cluster of 2"] and stats["spills"] == 0 and stats["shared_bytes"] <= 227 * 1024, stats
+    assert stats["cluster of 2"] and stats["shared_bytes"] <= 227 * 1024, stats
+    if pair == "nvfp4_288,fp8_528":
+        assert stats["spills"] == 0, stats

@@ -523,9 +523,15 @@ def _comp_fetch_tail(cache_ptr, slot, page_size, page_bytes, SHIFT: gl.constexpr
 
 @gluon.jit
 def _comp_tail_put(b, sb, x, dst):
-    # _tail_store's conversion, of the parts _comp_fetch_tail returns.
-    dst.slice(0, 64, dim=1).store(_e4m3_values(b, sb.to(gl.int32)))
-    dst.slice(64, 64, dim=1).store(_group_order(_bf16_scaled(x), 64))
+    # _tail_store's conversion, of the parts _comp_fetch_tail returns. The chunk's two halves
+    # are its two 128-byte swizzle blocks (an NVMMA tile wider than its swizzle is stored a block
+    # after the other), written as such rather than through `slice`s, which a 2-CTA cluster build
+    # cannot take (triton 3.6; benchmarks/cluster_probe.py --decode): the same addresses.
+    gl.static_assert(64 == 64 and 64 == 64)  # a half is one 128-byte block
+    halves = dst._reinterpret(gl.bfloat16, [2, BLOCK_N, 64], gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64],
+                                                                                                  gl.bfloat16))
+    halves.index(0).store(_e4m3_values(b, sb.to(gl.int32)))
+    halves.index(1).store(_group_order(_bf16_scaled(x), 64))
 
 
 @gluon.jit
