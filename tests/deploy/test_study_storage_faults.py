@@ -51,7 +51,10 @@ def test_a_tune_survives_its_connections_being_terminated(scratch_pg: str, table
     with Killer(scratch_pg, 0.15) as killer:  # and more of them at any moment, mid-query too
         res = tune(KEY, buckets=[B], trials=12, search="random", seed=3, storage=scratch_pg, runner=runner,
                    study_job=1)
-    assert runner.calls == 12 and runner.killed >= 12 and killer.killed > 0
+    # Each trial's storage calls open a connection that one of the two kills: the runner's during the
+    # measurement, or the killer's first when it comes in between (then the runner finds none to kill,
+    # as in a CI run of 2026-12-05: 10 of 12). So the kills are counted together.
+    assert runner.calls == 12 and runner.killed + killer.killed >= 12 and killer.killed > 0
     assert len(res.buckets) == 1 and res.buckets[0].best is not None and len(res.buckets[0].trials) == 12
     study = optuna.load_study(study_name=study_name(KEY, B, 1), storage=scratch_pg)
     assert [t.number for t in study.get_trials(states=(TrialState.RUNNING,))] == []
