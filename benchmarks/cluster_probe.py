@@ -20,14 +20,16 @@ A second kernel is the mechanism itself (`half_tile_kernel`): each CTA writes ha
 into its own NVMMA-swizzled tile, then thread 0 sends that half into the same place in the peer's
 tile with one `cp.async.bulk.shared::cluster.shared::cta`, completing the bytes the peer's mbarrier
 expects; each CTA waits on its own barrier and then holds the whole tile, then arrives on its own
-`done` barrier and, remotely (`mbarrier.arrive.release.cluster` through `mapa`), on the peer's. The buffers' offsets come
-from Triton's own allocator pass (`shared_offsets`), the kernel compiled once to place them and once
-with them as constexprs (checked unmoved).
+`done` barrier and, remotely (`mbarrier.arrive.release.cluster` through `mapa`), on the peer's. The
+buffers' offsets come from Triton's own allocator pass (`shared_offsets`), the kernel compiled once
+to place them and once with them as constexprs (checked unmoved).
 
 CPU (`python benchmarks/cluster_probe.py`): compiles both for sm_90 and prints what their PTX holds.
 GPU (`--run`): launches 3 clusters of each; the first's CTA 0 must read what CTA 1 wrote into its
 shared memory (`offs * 10 + 1`), and in the second both CTAs must read back the whole tile, which
 only working DSMEM stores and bulk copies give.
+`--decode PAIR CFG`: one of today's decode builds compiled as a 2-CTA cluster with every layout
+replicated (`replicated_layouts`), to see what Triton takes of it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 N = 128
 CLUSTER = 2
 ROWS, COLS = 64, 64  # a tile: keys x bf16 dims, one 128-byte swizzle atom wide (rows contiguous)
-HALF_BYTES = ROWS // 2 * COLS * 2
 
 
 @gluon.jit
