@@ -28,18 +28,17 @@ CPU (`python benchmarks/cluster_probe.py`): compiles both for sm_90 and prints w
 GPU (`--run`): launches 3 clusters of each; the first's CTA 0 must read what CTA 1 wrote into its
 shared memory (`offs * 10 + 1`), and in the second both CTAs must read back the whole tile, which
 only working DSMEM stores and bulk copies give.
-`--decode PAIR CFG`: one of today's decode builds compiled as a 2-CTA cluster with every layout
-replicated (`replicated_layouts`), to see what Triton takes of it.
+`--decode PAIR CFG`: one of today's decode builds compiled as a 2-CTA cluster, from the wgmma module
+rendered with `cluster=True` (every layout replicated on both CTAs), to see what Triton takes of it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -278,39 +277,17 @@ def run_on_gpu(clusters: int = 3) -> dict[str, list[int]]:
                                                                   for k in range(CLUSTER))]}
 
 
-@contextlib.contextmanager
-def replicated_layouts() -> Iterator[None]:
-    """Every Gluon layout built inside defaults to one replicated on both CTAs of the cluster (a
-    cga basis of zeros), as a decode build compiled with num_ctas=2 needs; restored on exit."""
-    from triton.experimental.gluon.language import _layouts as LY
-
-    ranks = {LY.BlockedLayout: lambda x: len(x.size_per_thread), LY.NVMMASharedLayout: lambda x: x.rank,
-             LY.SwizzledSharedLayout: lambda x: len(x.order), LY.NVMMADistributedLayout: lambda x: 2}
-    saved = {cls: cls.__post_init__ for cls in ranks}
-
-    def patched(cls: type) -> Any:
-        def post(self: Any) -> None:
-            saved[cls](self)
-            if not self.cga_layout:
-                object.__setattr__(self, "cga_layout", [[0] * ranks[cls](self)])
-        return post
-
-    for cls in ranks:
-        cls.__post_init__ = patched(cls)
-    try:
-        yield
-    finally:
-        for cls, post in saved.items():
-            cls.__post_init__ = post
-
-
 def decode_as_cluster(pair: str, cfg: str) -> dict[str, Any]:
-    """A decode wgmma build (`static_profile.py`'s case for `cfg`) compiled for sm_90 as a 2-CTA
-    cluster, every layout replicated: its static stats and whether the PTX is a cluster's, or the
-    compiler's error. The builds are unchanged; this asks only whether Triton takes them so."""
+    """A decode wgmma build (`static_profile.py`'s case for `cfg`) from the module rendered with
+    `cluster=True` (every layout replicated on both CTAs), compiled for sm_90 with num_ctas=2: its
+    static stats and whether the PTX is a cluster's, or the compiler's error (its details on
+    stderr). The build's code is today's; this asks only whether Triton takes it as a cluster."""
+    import dataclasses
+
     import triton
 
     from benchmarks.static_profile import cases_for
+    from catalog.families.decode import render_wgmma
     from tuner.compile import _request, compile_with_stats
 
     real = triton.compile
@@ -319,10 +296,10 @@ def decode_as_cluster(pair: str, cfg: str) -> dict[str, Any]:
         return real(src, target=target, options={**(options or {}), "num_ctas": CLUSTER})
 
     ((_, case),) = cases_for("decode", pair.split(","), "bf16", cfg)
+    case = dataclasses.replace(case, rendered=render_wgmma(*pair.split(","), cluster=True))
     triton.compile = as_cluster
     try:
-        with replicated_layouts():
-            k, stats = compile_with_stats(_request(case, "sm_90"))
+        k, stats = compile_with_stats(_request(case, "sm_90"))
     except Exception as e:  # the compiler's verdict is the answer
         return {"error": str(e).strip().splitlines()[-1][:300]}
     finally:

@@ -159,12 +159,15 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
     return R.render(TEMPLATE, {"comp": c, "win": w, "e2m1_backend": backend})
 
 
-def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, trace: bool = False) -> R.Rendered:
-    """The wgmma path's module; `trace`: with timeline probes (benchmarks/decode_timeline.py)."""
+def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, trace: bool = False,
+                 cluster: bool = False) -> R.Rendered:
+    """The wgmma path's module; `trace`: with timeline probes (benchmarks/decode_timeline.py);
+    `cluster`: every layout replicated on the two CTAs of a 2-CTA cluster (its kernels compile and
+    launch with num_ctas=2 only; no served build uses it yet: benchmarks/cluster_probe.py)."""
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
     if not wgmma_reads(c, w):
         raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
-    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w, "trace": trace})
+    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w, "trace": trace, "cluster": cluster})
 
 
 def decode_bytes(comp_fmt: str, win_fmt: str, n_tokens: int, heads: int, topk: int, window: int) -> int:

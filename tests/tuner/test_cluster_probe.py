@@ -51,3 +51,14 @@ def test_the_qk_pv_split_compiles_as_a_two_cta_cluster_for_sm90(pair: str) -> No
     assert stats["cluster of 2"] and stats["shared_bytes"] <= 227 * 1024, stats
     if pair == "nvfp4_288,fp8_528":
         assert stats["spills"] == 0, stats
+
+
+def test_a_cluster_render_differs_from_the_served_module_only_in_its_cluster_switch() -> None:
+    # render_wgmma(cluster=True) is the served module with CLUSTER on (every layout through _lay gets a
+    # CTA layout replicated on both CTAs); nothing else of the kernels' code changes with it.
+    from catalog.families.decode import render_wgmma
+
+    for pair in (("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")):
+        served, cluster = render_wgmma(*pair).source.splitlines(), render_wgmma(*pair, cluster=True).source.splitlines()
+        changed = [(a, b) for a, b in zip(served, cluster) if a != b]
+        assert len(served) == len(cluster) and changed == [("CLUSTER = False", "CLUSTER = True")], changed

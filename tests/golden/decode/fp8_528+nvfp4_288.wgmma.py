@@ -17,6 +17,26 @@ K_SHIFT = gl.constexpr(8)
 # The e4m3 tiles' K is stored times 2**-E4M3_SHIFT (see _e4m3_scaled_bf16), taken back the same way:
 # their scale factor 2**(s - 127 + 120 - E4M3_SHIFT) is a bf16 for every ue8m0 byte s up to 194.
 E4M3_SHIFT = gl.constexpr(60)
+# Every layout of this module passes through _lay. Rendered with cluster=True (a module whose
+# kernels launch as 2-CTA clusters, num_ctas=2: benchmarks/cluster_probe.py), each then carries a
+# CTA layout replicated on both CTAs, which Triton requires of every layout of such a kernel;
+# otherwise _lay returns its layout as it is.
+CLUSTER = False
+
+
+@gluon.constexpr_function
+def _lay(layout):
+    if not CLUSTER:
+        return layout
+    if layout.__class__.__name__ == "MBarrierLayout":
+        return layout.__class__(cga_layout=[[0]])
+    fields = dict(layout.__dict__)
+    rank = fields["rank"] if "rank" in fields else len(fields["order"] if "order" in fields else
+                                                         fields["warps_per_cta"])
+    fields["cga_layout"] = [[0] * rank]
+    return layout.__class__(**fields)
+
+
 
 
 @gluon.jit
@@ -158,7 +178,7 @@ def _dim_of(p):
 def _rows_l(nw):
     # Eight contiguous dims a thread, 16 threads along a row: a warp's store of two 128-dim rows
     # is whole lines (fp32: 4 of 128 bytes a row), in 16-byte vector stores.
-    return gl.BlockedLayout([1, 8], [2, 16], [nw, 1], [1, 0])
+    return _lay(gl.BlockedLayout([1, 8], [2, 16], [nw, 1], [1, 0]))
 
 
 @gluon.jit
@@ -192,7 +212,7 @@ def _o_bufs(kv_smem):
     # The K tiles' shared memory (two tiles of four [BLOCK_N, CHUNK] bf16 chunks) as four fp32
     # [64, CHUNK] buffers for _store_rows once no MMA reads K (16-byte units swizzled by row: the
     # accumulator's stores of 8 rows and the rows' reads back both conflict-free).
-    return kv_smem._reinterpret(gl.float32, [4, 64, CHUNK], gl.SwizzledSharedLayout(4, 1, 8, [1, 0]))
+    return kv_smem._reinterpret(gl.float32, [4, 64, CHUNK], _lay(gl.SwizzledSharedLayout(4, 1, 8, [1, 0])))
 
 
 # SHARE (MMA=wgmma_hmpvs, wgmma_wss): the head groups' programs of a (token, split) read the same
@@ -291,7 +311,7 @@ def _prefetch_record(cache_ptr, slot, page_size, page_bytes, DATA: gl.constexpr,
     # and its last byte, then the scale row's (repeated to fill a power of two).
     N: gl.constexpr = _record_lines(DATA, SCALE)
     ND: gl.constexpr = (DATA + 127) // 128 + 1
-    PL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // N, N], [gl.num_warps(), 1], [1, 0])
+    PL: gl.constexpr = _lay(gl.BlockedLayout([1, 1], [32 // N, N], [gl.num_warps(), 1], [1, 0]))
     K: gl.constexpr = gl.SliceLayout(1, PL)
     row, valid = _record_rows(slot, page_size, page_bytes, 0, K, DATA, SHIFT)
     srow, _ = _record_rows(slot, page_size, page_bytes, page_size * DATA, K, SCALE, SHIFT)
@@ -418,20 +438,20 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
 # (Every layout takes the kernel's warps, nw, along the keys.)
 @gluon.constexpr_function
 def _comp_l3(nw):
-    return gl.BlockedLayout([1, 1, 8], [2, 4, 4], [nw, 1, 1], [2, 1, 0])
+    return _lay(gl.BlockedLayout([1, 1, 8], [2, 4, 4], [nw, 1, 1], [2, 1, 0]))
 
 
 # The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8
 # or 16 bytes).
 @gluon.constexpr_function
 def _comp_s2(nw):
-    return gl.BlockedLayout([1, 8], [16, 2], [nw, 1], [1, 0])
+    return _lay(gl.BlockedLayout([1, 8], [16, 2], [nw, 1], [1, 0]))
 
 
 # The data rows [keys, 128 bytes] of a chunk as copied: 16 bytes a thread.
 @gluon.constexpr_function
 def _comp_c2(nw):
-    return gl.BlockedLayout([1, 16], [4, 8], [nw, 1], [1, 0])
+    return _lay(gl.BlockedLayout([1, 16], [4, 8], [nw, 1], [1, 0]))
 
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
@@ -472,7 +492,7 @@ def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: g
 def _comp_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
     # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
     row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 4, 32],
-                                             gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+                                             _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
     sb = srows.index(u).slice(c * 4, 4, dim=1).load(gl.SliceLayout(2, L3))
     return row.load(L3), sb
 
@@ -597,20 +617,20 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
 # (Every layout takes the kernel's warps, nw, along the keys.)
 @gluon.constexpr_function
 def _win_l3(nw):
-    return gl.BlockedLayout([1, 2, 8], [8, 4, 1], [nw, 1, 1], [2, 1, 0])
+    return _lay(gl.BlockedLayout([1, 2, 8], [8, 4, 1], [nw, 1, 1], [2, 1, 0]))
 
 
 # The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8
 # or 16 bytes).
 @gluon.constexpr_function
 def _win_s2(nw):
-    return gl.BlockedLayout([1, 16], [16, 2], [nw, 1], [1, 0])
+    return _lay(gl.BlockedLayout([1, 16], [16, 2], [nw, 1], [1, 0]))
 
 
 # The data rows [keys, 64 bytes] of a chunk as copied: 16 bytes a thread.
 @gluon.constexpr_function
 def _win_c2(nw):
-    return gl.BlockedLayout([1, 16], [8, 4], [nw, 1], [1, 0])
+    return _lay(gl.BlockedLayout([1, 16], [8, 4], [nw, 1], [1, 0]))
 
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
@@ -651,7 +671,7 @@ def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl
 def _win_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
     # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
     row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 8, 8],
-                                             gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+                                             _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
     sb = srows.index(u).slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
     return row.load(L3), sb
 
@@ -815,13 +835,15 @@ def decode_wgmma_kernel(
     # HB / WG heads; MMA 2's O_c^T[128 dims, HB]: a warpgroup takes 128 / WG dims of every head,
     # so the accumulators (16 * HB / num_warps registers) halve with the second warpgroup.
     WG: gl.constexpr = num_warps // 4
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, HB // WG, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HB, 16])
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
+                                                       instr_shape=[16, HB // WG, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HB, 16]))
     kl: gl.constexpr = gl.SliceLayout(1, s_l)  # a key per row of S^T
     hl: gl.constexpr = gl.SliceLayout(0, s_l)  # a head per column of S^T
     cL: gl.constexpr = _comp_l3(num_warps)
     wL: gl.constexpr = _win_l3(num_warps)
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0]))
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
@@ -836,14 +858,14 @@ def decode_wgmma_kernel(
     topk_row = topk_ptr + t64 * stride_kt
     widx_row = widx_ptr + t64 * stride_wt
 
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
     # both lists is issued at the start: the window list's does not wait for the compressed
     # list's last tile (one program a token walks both).
-    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # row-major, each buffer
     c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
     c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
     w_rows = gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l)
@@ -878,7 +900,7 @@ def decode_wgmma_kernel(
     if w0 < w1:
         _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
     async_copy.commit_group()
-    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
     q_smem.index(0).store(_group_order(qv0, CHUNK))
     q_smem.index(1).store(_group_order(qv1, CHUNK))
@@ -975,13 +997,13 @@ def decode_wgmma_hm_kernel(
     # Two warpgroups, the 64 heads on the MMAs' M: S[64 heads, 64 keys] and each O_c[64 heads, 128
     # dims] split by columns between them (keys, dims); the query chunks are MMA 1's A operand, P
     # MMA 2's, both from shared memory.
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16])
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16]))
     kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
     hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
     cL: gl.constexpr = _comp_l3(num_warps)
     wL: gl.constexpr = _win_l3(num_warps)
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0]))
 
     tok = gl.program_id(0)
     sp = gl.program_id(1)
@@ -996,12 +1018,12 @@ def decode_wgmma_hm_kernel(
     topk_row = topk_ptr + t64 * stride_kt
     widx_row = widx_ptr + t64 * stride_wt
 
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # The stage buffers (two tiles of raw records; see _comp_hm_pass), the two lists' in turn.
-    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # row-major, each buffer
+    st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # row-major, each buffer
     # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
     # list's stage at index 2u.
     stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
@@ -1039,7 +1061,7 @@ def decode_wgmma_hm_kernel(
     elif w0 < w1:
         _win_issue(win_ptr, w_slot, win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
     async_copy.commit_group()
-    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
     q_smem.index(0).store(_group_order(qv0, CHUNK))
     q_smem.index(1).store(_group_order(qv1, CHUNK))
@@ -1241,7 +1263,7 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
                  comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
                  empty, share_ws, share_cnt, share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr,
                  WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
-    kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    kl: gl.constexpr = _lay(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
     w_lim = gl.minimum(window, w1 * BLOCK_N)
     if c0 < c1:
@@ -1311,7 +1333,7 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
                  hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     # The query into shared memory here, not before the region: the producer's first gathers
     # travel meanwhile (the loads of a program's start are issued before any is waited for).
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
     qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
     q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
@@ -1353,8 +1375,8 @@ def decode_wgmma_ws_kernel(
     # more than one head group): the groups share each tile's conversion as decode_wgmma_hmpv_kernel's.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16])
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
     kl: gl.constexpr = gl.SliceLayout(1, s_l)
     hl: gl.constexpr = gl.SliceLayout(0, s_l)
     tok = gl.program_id(0)
@@ -1372,13 +1394,13 @@ def decode_wgmma_ws_kernel(
     w0 = gl.maximum(i0, n_comp) - n_comp
     w1 = i1 - n_comp
 
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
-    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
-    st_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
     # list's stage at index 2u.
     stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
@@ -1386,8 +1408,8 @@ def decode_wgmma_ws_kernel(
     c_srows = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 16], st_l)
     w_rows = stage_rows._reinterpret(gl.uint8, [16, BLOCK_N, 64], st_l)
     w_srows = gl.allocate_shared_memory(gl.uint8, [4, BLOCK_N, 32], st_l)
-    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
     for b in gl.static_range(2):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
@@ -1587,7 +1609,7 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws, share_cnt,
                    share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
                    SHARE: gl.constexpr):
-    kl: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    kl: gl.constexpr = _lay(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     # The window list's first tile: its slots loaded now (none in this program's share: -1s,
     # masked off), its records prefetched once the compressed list's first tile is handed over.
     if PREFETCH:
@@ -1606,7 +1628,7 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
 def _hmws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
                    kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
                    hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
     qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
     q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
@@ -1647,8 +1669,8 @@ def decode_wgmma_hmws_kernel(
     # the producer prefetches the next tile's records into L2 (_hmws_produce_comp).
     gl.static_assert(num_warps == 8)
     gl.static_assert(HB == 64)
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16])
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 64, 16]))
     kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
     hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
     tok = gl.program_id(0)
@@ -1666,14 +1688,14 @@ def decode_wgmma_hmws_kernel(
     w0 = gl.maximum(i0, n_comp) - n_comp
     w1 = i1 - n_comp
 
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
-    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
-    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
     for b in gl.static_range(2):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
@@ -1784,7 +1806,7 @@ def _hmpv_qk(q_ptr, sink_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, 
              w1, kv_smem, q_smem, p_smem, a_smem, f_smem, ready, empty, p_full, p_free, fin, scale_log2,
              HB: gl.constexpr, SPLIT: gl.constexpr, HAS_SINK: gl.constexpr, kl: gl.constexpr, hl: gl.constexpr,
              s_l: gl.constexpr, o_l: gl.constexpr):
-    q_blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
     qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
     qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
     q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
@@ -1838,7 +1860,8 @@ def _hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB: gl.constexpr, SPLIT: gl.co
 def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_smem, a_smem, f_smem, empty, p_full,
              p_free, fin, HB: gl.constexpr, SPLIT: gl.constexpr):
     # O's dims 256-511 (chunks 2 and 3) of every tile the QK warpgroup hands over, then their store.
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16])
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, CHUNK, 16]))
     o2 = gl.zeros([HB, CHUNK], gl.float32, o_l)
     o3 = gl.zeros([HB, CHUNK], gl.float32, o_l)
     for i in range(0, n_tiles_here):
@@ -1883,8 +1906,10 @@ def decode_wgmma_hmpv_kernel(
     # a tile numbered (token * splits + split) * tiles_per_prog + its number in the program.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 64)
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16])
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, CHUNK, 16]))
     kl: gl.constexpr = gl.SliceLayout(0, s_l)  # a key per column of S
     hl: gl.constexpr = gl.SliceLayout(1, s_l)  # a head per row of S
     tok = gl.program_id(0)
@@ -1902,20 +1927,20 @@ def decode_wgmma_hmpv_kernel(
     w0 = gl.maximum(i0, n_comp) - n_comp
     w1 = i1 - n_comp
 
-    kv_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16)
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
     kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
-    p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16)
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, HB, BLOCK_N], p_sl)  # P of two tiles
-    q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
-    v_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    v_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [0]))
     a_smem = gl.allocate_shared_memory(gl.float32, [2, HB], v_l)  # each P's rescale factors
     f_smem = gl.allocate_shared_memory(gl.float32, [1, HB], v_l)  # O's final factors
-    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    p_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    p_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    fin = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    p_full = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    p_free = gl.allocate_shared_memory(gl.int64, [2, 1], _lay(mbarrier.MBarrierLayout()))
+    fin = gl.allocate_shared_memory(gl.int64, [1, 1], _lay(mbarrier.MBarrierLayout()))
     for b in gl.static_range(2):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=2)  # the QK and the PV warpgroups
