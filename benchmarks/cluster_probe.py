@@ -60,12 +60,18 @@ def _cta_rank(like):
 
 
 @gluon.jit
+def _local_address(byte_offset):
+    # The shared address `byte_offset` bytes into Triton's dynamic shared memory, in this CTA.
+    return gl.inline_asm_elementwise("{ .reg .u32 a; mov.u32 a, global_smem; add.u32 $0, a, $1; }", "=r,r",
+                                     [byte_offset], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
 def _peer_address(byte_offset, rank):
-    # The shared address `byte_offset` bytes into Triton's dynamic shared memory, in the other CTA.
-    return gl.inline_asm_elementwise(
-        """{ .reg .u32 a, p; mov.u32 a, global_smem; add.u32 a, a, $1; xor.b32 p, $2, 1;
-        mapa.shared::cluster.u32 $0, a, p; }""",
-        "=r,r,r", [byte_offset, rank], dtype=gl.int32, is_pure=False, pack=1)
+    # The same place in the other CTA's shared memory (`rank`: this CTA's).
+    return gl.inline_asm_elementwise("{ .reg .u32 p; xor.b32 p, $2, 1; mapa.shared::cluster.u32 $0, $1, p; }",
+                                     "=r,r,r", [_local_address(byte_offset), rank], dtype=gl.int32, is_pure=False,
+                                     pack=1)
 
 
 @gluon.jit
@@ -94,27 +100,24 @@ def cluster_probe_kernel(out_ptr, N: gl.constexpr):
 
 
 @gluon.jit
-def _bulk_to_peer(src_offset, rank, bar_offset, nbytes):
-    # Thread 0 of the CTA copies `nbytes` of its shared memory at `src_offset` to the same place in
-    # the peer CTA (cp.async.bulk, shared::cta -> shared::cluster), completing that many bytes of the
-    # transaction the peer's mbarrier at `bar_offset` expects: how a producer hands its half of a
-    # tile over. One element a thread, or thread 0 issues it once an element.
+def _bulk_to_peer(src, dst, bar, nbytes):
+    # Thread 0 of the CTA copies `nbytes` of its shared memory at address `src` to the peer CTA's at
+    # `dst` (cp.async.bulk, shared::cta -> shared::cluster), completing that many bytes of the
+    # transaction the peer's mbarrier at `bar` expects: how a producer hands its half of a tile
+    # over. One element a thread, or thread 0 issues it once an element.
     return gl.inline_asm_elementwise(
-        """{ .reg .u32 s, d, b, p; .reg .pred t; mov.u32 s, global_smem; add.u32 b, s, $3; add.u32 s, s, $1;
-        xor.b32 p, $2, 1; mapa.shared::cluster.u32 d, s, p; mapa.shared::cluster.u32 b, b, p;
-        mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
-        @t cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [s], $4, [b]; }""",
-        "=r,r,r,r,r", [src_offset, rank, bar_offset, nbytes], dtype=gl.int32, is_pure=False, pack=1)
+        """{ .reg .pred t; mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
+        @t cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$2], [$1], $4, [$3]; }""",
+        "=r,r,r,r,r", [src, dst, bar, nbytes], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
-def _arrive_on_peer(bar_offset, rank):
-    # Thread 0 arrives once on the peer CTA's mbarrier at `bar_offset` (one element a thread).
+def _arrive_on_peer(bar):
+    # Thread 0 arrives once on the peer CTA's mbarrier at address `bar` (one element a thread).
     return gl.inline_asm_elementwise(
-        """{ .reg .u32 b, p; .reg .pred t; mov.u32 b, global_smem; add.u32 b, b, $1; xor.b32 p, $2, 1;
-        mapa.shared::cluster.u32 b, b, p; mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
-        @t mbarrier.arrive.release.cluster.shared::cluster.b64 _, [b]; }""",
-        "=r,r,r", [bar_offset, rank], dtype=gl.int32, is_pure=False, pack=1)
+        """{ .reg .pred t; mov.u32 $0, %tid.x; setp.eq.u32 t, $0, 0;
+        @t mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1]; }""",
+        "=r,r", [bar], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -163,14 +166,16 @@ def half_tile_kernel(out_ptr, TILE_OFF: gl.constexpr, BAR_OFF: gl.constexpr, DON
     i = gl.arange(0, 128, layout=I)
     rank1 = _cta_rank(i)
     half = ROWS // 2 * COLS * 2
-    _bulk_to_peer(TILE_OFF + rank1 * half, rank1, BAR_OFF + i * 0, i * 0 + half)
+    mine_at = TILE_OFF + rank1 * half
+    _bulk_to_peer(_local_address(mine_at), _peer_address(mine_at, rank1), _peer_address(BAR_OFF + i * 0, rank1),
+                  i * 0 + half)
     mbarrier.wait(bar, 0)
     got = tile.load(B).to(gl.float32).to(gl.int32, bitcast=True)
     base = (gl.program_id(0) * 2 + rank) * ROWS * COLS
     _store_global(out_ptr + base + r * COLS + c, got)
     gl.thread_barrier()
     mbarrier.arrive(done)
-    _arrive_on_peer(DONE_OFF + i * 0, rank1)
+    _arrive_on_peer(_peer_address(DONE_OFF + i * 0, rank1))
     mbarrier.wait(done, 0)  # neither CTA leaves while the peer may still read or signal its memory
 
 
@@ -257,13 +262,13 @@ def half_tile_facts(ptx: str) -> dict[str, bool]:
     }
 
 
-def run_on_gpu(clusters: int = 3) -> dict[str, list[int]]:
-    """Launch both probes on `clusters` clusters; for each, the clusters whose read-back was wrong."""
+def run_on_gpu(offs: dict[str, int], clusters: int = 3) -> dict[str, list[int]]:
+    """Launch both probes on `clusters` clusters (`offs`: compile_half_tile's); for each, the
+    clusters whose read-back was wrong."""
     import torch
 
     out = torch.full((clusters, N), -1, dtype=torch.int32, device="cuda")
     cluster_probe_kernel[(clusters,)](out, N=N, num_warps=4, num_ctas=CLUSTER)
-    _, offs = compile_half_tile()
     tile = torch.full((clusters, CLUSTER, ROWS, COLS), -1, dtype=torch.int32, device="cuda")
     half_tile_kernel[(clusters,)](tile, TILE_OFF=offs["tile"], BAR_OFF=offs["bar"], DONE_OFF=offs["done"], ROWS=ROWS,
                                   COLS=COLS, num_warps=4, num_ctas=CLUSTER)
@@ -321,13 +326,14 @@ def main() -> int:
         got = decode_as_cluster(*args.decode)
         print(json.dumps(got))
         return 1 if "error" in got else 0
-    facts = {**ptx_facts(compile_for().asm["ptx"]), **half_tile_facts(compile_half_tile()[0].asm["ptx"])}
+    half_tile, offs = compile_half_tile()
+    facts = {**ptx_facts(compile_for().asm["ptx"]), **half_tile_facts(half_tile.asm["ptx"])}
     for name, ok in facts.items():
         print(f"  {name}: {'yes' if ok else 'NO'}")
     if not all(facts.values()):
         return 1
     if args.run:
-        bad = run_on_gpu()
+        bad = run_on_gpu(offs)
         for name, clusters in bad.items():
             print(f"{name} round trip:", "ok" if not clusters else f"wrong in clusters {clusters}")
         return 1 if any(bad.values()) else 0
