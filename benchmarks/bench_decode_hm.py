@@ -68,7 +68,12 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               # Each tile converted once for all head groups (65-128 heads; the warp-specialised one past 16).
               "heads on M QK/PV split, shared tiles, splits auto, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvs",
                                                                                             PREFETCH=1),
-              "warp-specialised, shared tiles, splits auto": ws.replace(MMA="wgmma_wss")}
+              "warp-specialised, shared tiles, splits auto": ws.replace(MMA="wgmma_wss"),
+              # Two 64-head groups a 2-CTA cluster, each CTA converting half of every tile for both.
+              "heads on M QK/PV split, 2-CTA cluster, splits auto, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvc",
+                                                                                              PREFETCH=1),
+              "heads on M QK/PV split, 2-CTA cluster, splits 1, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvc",
+                                                                                           PREFETCH=1, NUM_SPLITS=1)}
     sp = space(*pair, heads)
     return {label: cfg_run(cfg) for label, cfg in builds.items() if sp.infeasible(cfg) is None}
 

@@ -47,6 +47,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
+from tuner.kernels.decode.cluster import shared_offsets
+
 N = 128
 CLUSTER = 2
 ROWS, COLS = 64, 64  # a tile: keys x bf16 dims, one 128-byte swizzle atom wide (rows contiguous)
@@ -190,37 +192,6 @@ def _compile(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], arc
 
 def compile_for(arch: int = 90) -> Any:
     return _compile(cluster_probe_kernel, {"out_ptr": "*i32", "N": "constexpr"}, {"N": N}, arch)
-
-
-def shared_offsets(compiled: Any, arch: int = 90) -> list[tuple[str, int]]:
-    """Each shared allocation's type and byte offset in Triton's dynamic shared memory, in program
-    order: the kernel's TTGIR through the passes of `make_llir` up to Triton's shared-memory
-    allocator (Gluon exposes no buffer's address; `mapa` needs one)."""
-    import re
-    import tempfile
-
-    from triton._C.libtriton import ir, nvidia, passes
-
-    ctx = ir.context()
-    ir.load_dialects(ctx)
-    nvidia.load_dialects(ctx)
-    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as f:
-        f.write(compiled.asm["ttgir"])
-        f.flush()
-        mod = ir.parse_mlir_module(f.name, ctx)
-    mod.context = ctx
-    pm = ir.pass_manager(ctx)
-    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
-    passes.ttgpuir.add_allocate_warp_groups(pm)
-    passes.convert.add_scf_to_cf(pm)
-    passes.gluon.add_inliner(pm)
-    # The PTX version the compile chose (".version 8.7" -> 87), as make_llir passes it.
-    major, minor = re.search(r"^\.version (\d+)\.(\d+)", compiled.asm["ptx"], re.M).groups()
-    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, arch, int(major) * 10 + int(minor))
-    pm.run(mod, "shared_offsets")
-    alloc = r"ttg\.local_alloc \{allocation\.offset = (\d+) : i32\} : \(\) -> !ttg\.memdesc<([^,>]+)"
-    found = re.findall(alloc, str(mod))
-    return [(ty, int(off)) for off, ty in found]
 
 
 HALF_SIG = {"out_ptr": "*i32", "TILE_OFF": "constexpr", "BAR_OFF": "constexpr", "DONE_OFF": "constexpr",

@@ -39,6 +39,14 @@ budget=${BUDGET_S:-540}   # the whole call, seconds
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 
+# ptxas13: a newer ptxas carried in as .ptxas/ptxas-VERSION.gz (Triton 3.6 ships 12.8, whose C7518 serializes the
+# wgmmas of a warp-specialised cluster build), unpacked once; prints its path, fails when none was carried.
+ptxas13() {
+  local gz; gz=$(ls .ptxas/ptxas-*.gz 2>/dev/null | tail -1) && [ -n "$gz" ] || return 1
+  [ -x /tmp/ptxas13 ] || { gunzip -c "$gz" >/tmp/ptxas13 && chmod +x /tmp/ptxas13; } || return 1
+  echo /tmp/ptxas13
+}
+
 # ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
 # device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
 ab_patch() {
@@ -47,7 +55,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -164,6 +172,32 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_cluster_probe.py -p no:cacheprovider -rA \
       >"$OUT/results/pytest_cluster_probe_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_cluster_probe_gpu_h200.log"
+    # again with a newer ptxas when one is carried in (.ptxas/ptxas-*.gz: `benchmarks/README.md`, C7518): do its
+    # cubins load under this driver?
+    if p13=$(ptxas13); then
+      nvidia-smi --query-gpu=driver_version --format=csv,noheader >"$OUT/results/pytest_cluster_probe_ptxas13_gpu_h200.log"
+      TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13 TRITON_CACHE_DIR=/tmp/tc13 timeout $(( $(left) - 5 )) \
+        python3 -m pytest -q tests/tuner/test_cluster_probe.py -p no:cacheprovider -rA \
+        >>"$OUT/results/pytest_cluster_probe_ptxas13_gpu_h200.log" 2>&1
+      echo "pytest rc=$?" >>"$OUT/results/pytest_cluster_probe_ptxas13_gpu_h200.log"
+    fi
+    ;;
+  cluster)  # the 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): its GPU test (bit for bit the split's),
+    # then both of issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the split, all with Triton's ptxas and
+    # again with the newer one carried in (.ptxas/: ptxas 12.8 serializes the cluster build's wgmmas, C7518)
+    for px in triton ptxas13; do
+      if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13; fi
+      timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+        -k "cluster_build_matches" >"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log" 2>&1
+      echo "pytest rc=$?" >>"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log"
+      hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
+      mkdir -p "$OUT/results/cluster_$px"
+      timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
+        --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
+        --only "2-CTA cluster" --out "$OUT/results/cluster_$px" >"$OUT/bench_decode_cluster_$px.log" 2>&1
+      echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_cluster_$px.log"
+    done
+    unset TRITON_PTXAS_PATH; export KVTUNE_CACHE_DIR=/tmp/kvc
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)

@@ -60,6 +60,7 @@ def _request(case: XCompileCase, target: str) -> dict[str, Any]:
         "constexprs": case.constexprs,
         "num_warps": case.num_warps,
         "num_stages": case.num_stages,
+        "num_ctas": case.num_ctas,
         "aligned_ints": list(case.aligned_ints),
         "target": target,
     }
@@ -320,7 +321,8 @@ def compile_request(req: dict[str, Any]) -> Any:
              if ty.startswith("*") or a in aligned}
     src = ast_source(fn, req["signature"], req["constexprs"], attrs)
     return triton.compile(src, target=gpu_target(target),
-                          options={"num_warps": req["num_warps"], "num_stages": req["num_stages"]})
+                          options={"num_warps": req["num_warps"], "num_stages": req["num_stages"],
+                                   **({"num_ctas": req["num_ctas"]} if req.get("num_ctas", 1) != 1 else {})})
 
 
 def compile_with_stats(req: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

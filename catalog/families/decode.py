@@ -5,13 +5,13 @@ their own template that fix most of the tile; its builds and their limits: `deco
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from catalog.codecs import E2M1_READ_BACKENDS, e2m1_backend_legality
 from catalog.core import Bucket, Config, ProblemKey
 from catalog.families.base import FamilySpec
-from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_FORMATS, WGMMA_HEADS, WGMMA_HEADS_2WG,
-                                           WGMMA_MERGE_BACKEND, WGMMA_MMAS, WGMMA_TEMPLATE, is_wgmma, wgmma_config,
+from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_MMAS, WGMMA_CLUSTER_OFFSETS, WGMMA_FORMATS,
+                                           WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_MERGE_BACKEND, WGMMA_MMAS, WGMMA_TEMPLATE, is_wgmma, wgmma_config,
                                            wgmma_fits, wgmma_hm_reads, wgmma_legality, wgmma_reads, wgmma_ws_reads)
 from catalog.formats import RecordFormat, get_format
 from catalog.space import Param, Space
@@ -160,14 +160,17 @@ def render_variant(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, ba
 
 
 def render_wgmma(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat, trace: bool = False,
-                 cluster: bool = False) -> R.Rendered:
+                 cluster: bool = False, offsets: Mapping[str, Mapping[str, int]] | None = None) -> R.Rendered:
     """The wgmma path's module; `trace`: with timeline probes (benchmarks/decode_timeline.py);
-    `cluster`: every layout replicated on the two CTAs of a 2-CTA cluster (its kernels compile and
-    launch with num_ctas=2 only; no served build uses it yet: benchmarks/cluster_probe.py)."""
+    `cluster`: the module of the 2-CTA cluster build (MMA=wgmma_hmpvc; every layout replicated on
+    both CTAs, its kernels compile and launch with num_ctas=2 only), reaching the peer's buffers at
+    `offsets` ({"whole": {"kv", "ready", "pfree"}, "split": ...}, without SPLIT and with it; the
+    catalog's WGMMA_CLUSTER_OFFSETS unless given)."""
     c, w = _fmt512(comp_fmt), _fmt512(win_fmt)
     if not wgmma_reads(c, w):
         raise ValueError(f"the wgmma path reads {list(WGMMA_FORMATS)} records, not {c.name} + {w.name}")
-    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w, "trace": trace, "cluster": cluster})
+    placed = {k: dict(v) for k, v in (offsets or WGMMA_CLUSTER_OFFSETS).items()} if cluster else False
+    return R.render(WGMMA_TEMPLATE, {"comp": c, "win": w, "trace": trace, "cluster": placed})
 
 
 def decode_bytes(comp_fmt: str, win_fmt: str, n_tokens: int, heads: int, topk: int, window: int) -> int:
@@ -242,13 +245,13 @@ class DecodeSpec(FamilySpec):
 
     def render(self, key: ProblemKey, config: Config) -> R.Rendered:
         if is_wgmma(config):
-            return render_wgmma(key.formats[0], key.formats[1])
+            return render_wgmma(key.formats[0], key.formats[1], cluster=config["MMA"] in WGMMA_CLUSTER_MMAS)
         return render_variant(key.formats[0], key.formats[1], config["backend"])
 
     def modules(self, key: ProblemKey, config: Config) -> list[R.Rendered]:
         """The wgmma kernel's module and the Triton module whose decode_combine merges its splits."""
         if is_wgmma(config):
-            return [render_wgmma(*key.formats), render_variant(*key.formats, WGMMA_MERGE_BACKEND)]
+            return [self.render(key, config), render_variant(*key.formats, WGMMA_MERGE_BACKEND)]
         return [self.render(key, config)]
 
     def bytes_moved(self, key: ProblemKey, bucket: Bucket) -> int:

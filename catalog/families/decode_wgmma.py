@@ -75,22 +75,44 @@ WGMMA_HMPV_WARPS = 4  # the QK warpgroup's; the PV and producer warpgroups come 
 # CPU-compiled only so far (2026-12-05): not seeded.
 WGMMA_SHARE_MMAS: tuple[str, ...] = ("wgmma_hmpvs", "wgmma_wss")
 
+# The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc: the module rendered with
+# `cluster`, its kernel launched with num_ctas=2): a cluster's two CTAs take a token's two 64-head
+# groups, and each converts two of a tile's four K chunks into both CTAs' K buffers (a bulk copy
+# into the peer's shared memory), so each tile is dequantized once for 128 heads, FlashMLA's sm90
+# split of the work (tuner/kernels/decode/cluster.py). Head groups run in pairs: 65-128 heads, or
+# any count of an even number of 64-head groups.
+WGMMA_CLUSTER_MMAS: tuple[str, ...] = ("wgmma_hmpvc",)
+WGMMA_CLUSTER_CTAS = 2
+# Byte offsets into Triton's dynamic shared memory of the buffers the peer CTA reaches (its K
+# buffers, its ready barriers, its pfree words), where Triton 3.6's allocator places them for every
+# specialisation of the build (tests/tuner/test_decode_cluster.py; the launcher checks each
+# specialisation's before its first launch).
+# Without SPLIT and with it (the barriers lie 16 bytes apart).
+WGMMA_CLUSTER_OFFSETS: dict[str, dict[str, int]] = {
+    "whole": {"kv": 0, "ready": 214032, "pfree": 214096},
+    "split": {"kv": 0, "ready": 214016, "pfree": 214080},
+}
+
 # The warp-specialised builds take PREFETCH (0 elsewhere on the wgmma path): 1 prefetches records
 # into L2 a tile further ahead than the producer loads them (benchmarks/README.md, "L2 prefetch").
 # On the H200 (2026-12-05) 3-7% faster at T = 64, 0-1 us slower at T <= 8: searched (the QK / PV
 # split's seed takes it).
-WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss")
+WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
+                                        "wgmma_hmpvc")
 
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
 # buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" / "wgmma_wss"
-# (WGMMA_SHARE_MMAS). One template renders their five kernels.
-WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss")
+# (WGMMA_SHARE_MMAS), and "wgmma_hmpvc" (WGMMA_CLUSTER_MMAS). One template renders their five kernels
+# (the cluster build's from its own render).
+WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
+                               "wgmma_hmpvc")
 # The builds with 64 heads a program on the MMAs' M.
-WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs")
+WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_hmpvc")
 # Each build's warps (the consumer's, or the QK warpgroup's); "wgmma" keeps its own 4 or 8.
 WGMMA_BUILD_WARPS: dict[str, int] = {"wgmma_hm": WGMMA_HM_WARPS, "wgmma_ws": WGMMA_WS_WARPS, "wgmma_hmws": WGMMA_HMWS_WARPS,
-                                     "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS, "wgmma_wss": WGMMA_WS_WARPS}
+                                     "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS, "wgmma_wss": WGMMA_WS_WARPS,
+                                     "wgmma_hmpvc": WGMMA_HMPV_WARPS}
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -115,8 +137,11 @@ def wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
                 f"{get_format(win_fmt).name} exceed sm_90's shared memory")
     if c["MMA"] == "wgmma_hmws" and wgmma_hmws_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
         return "the heads-on-M warp-specialised build's buffers exceed sm_90's shared memory"
-    if c["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs") and wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+    if c["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs", "wgmma_hmpvc") and \
+            wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
         return "the QK / PV split build's buffers exceed sm_90's shared memory"
+    if c["MMA"] in WGMMA_CLUSTER_MMAS and (heads <= WGMMA_HM_HEADS or -(-heads // WGMMA_HM_HEADS) % 2):
+        return f"a 2-CTA cluster takes two 64-head groups: an even number of them (65-128 heads...), not {heads} heads"
     if c["MMA"] == "wgmma_hmpvs" and not WGMMA_HM_HEADS < heads <= 2 * WGMMA_HM_HEADS:
         return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
     if c["MMA"] == "wgmma_wss" and heads <= WGMMA_HEADS:

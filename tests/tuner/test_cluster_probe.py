@@ -3,7 +3,6 @@ converting half of a tile into both CTAs' shared memory, as FlashMLA does), in G
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -36,29 +35,3 @@ def test_cluster_probe_reads_what_the_peer_cta_wrote_on_sm90() -> None:
     got = _probe("--run")
     assert got.returncode == 0, got.stdout + got.stderr
     assert "dsmem store round trip: ok" in got.stdout and "half tiles round trip: ok" in got.stdout, got.stdout
-
-
-@pytest.mark.parametrize("pair", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
-def test_the_qk_pv_split_compiles_as_a_two_cta_cluster_for_sm90(pair: str) -> None:
-    # The build a 128-head cluster build would grow from (MMA=wgmma_hmpv), unchanged but compiled with
-    # num_ctas=2 and every layout replicated on both CTAs: Triton 3.6 takes it whole (warp_specialize,
-    # wgmma, mbarriers) within sm_90's 227 KiB of shared memory a CTA; the V4.1 pair without spills.
-    # The fp8_584 pair's tail chunk is written as its two swizzle blocks, not through shared-memory
-    # slices, which a cluster build cannot take.
-    got = _probe("--decode", pair, "MMA=wgmma_hmpv,PREFETCH=1")
-    assert got.returncode == 0, got.stdout + got.stderr
-    stats = json.loads(got.stdout.strip().splitlines()[-1])
-    assert stats["cluster of 2"] and stats["shared_bytes"] <= 227 * 1024, stats
-    if pair == "nvfp4_288,fp8_528":
-        assert stats["spills"] == 0, stats
-
-
-def test_a_cluster_render_differs_from_the_served_module_only_in_its_cluster_switch() -> None:
-    # render_wgmma(cluster=True) is the served module with CLUSTER on (every layout through _lay gets a
-    # CTA layout replicated on both CTAs); nothing else of the kernels' code changes with it.
-    from catalog.families.decode import render_wgmma
-
-    for pair in (("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")):
-        served, cluster = render_wgmma(*pair).source.splitlines(), render_wgmma(*pair, cluster=True).source.splitlines()
-        changed = [(a, b) for a, b in zip(served, cluster) if a != b]
-        assert len(served) == len(cluster) and changed == [("CLUSTER = False", "CLUSTER = True")], changed

@@ -317,6 +317,8 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised prefetch", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M warp-specialised prefetch", target) in seen
     assert ("wgmma", "nvfp4_288+fp8_528 split heads on M warp-specialised QK/PV prefetch", target) in seen
+    for pair in ("fp8_584+fp8_584", "nvfp4_288+fp8_528"):  # MMA=wgmma_hmpvc, a 2-CTA cluster
+        assert ("wgmma", f"{pair} split 2-CTA cluster QK/PV prefetch", target) in seen
     assert ("soft", "combine pdl", target) in seen
     # PTX handed to AMDGPU fails in the child (LLD / asm errors), never in this process.
     aborted = [r for r in rows if r["variant"] == "ptx" and r["target"].startswith("gfx")]
@@ -1158,3 +1160,49 @@ def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, st
                 why = verify_decode(comp, win, i, out)
                 assert why is None, (heads, t, splits, sink, why)
                 assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("nvfp4_288", "fp8_528")], ids=lambda p: "+".join(p))
+def test_cluster_build_matches_the_qk_pv_split_bit_for_bit_on_sm90(pair: tuple[str, str]) -> None:
+    """The 2-CTA cluster build (MMA=wgmma_hmpvc: each CTA converts half of every tile and sends it
+    into the peer's K buffer) gives the QK / PV split's outputs bit for bit: the same conversions and
+    MMAs, half of them in the other CTA. 96 heads (a cluster whose second group is half padding),
+    128 and 256 (two clusters), T = 1, 8, 64, splits auto, 4 and 1, sink on and off, a token whose
+    lists are all -1, launched twice; pages of 16 and 8 on an odd shape; replayed from a CUDA graph;
+    and checked against the float64 reference."""
+    comp, win = pair
+    split = wgmma_config(default_config(comp, win).replace(MMA="wgmma_hmpv", PREFETCH=1))
+    cluster = split.replace(MMA="wgmma_hmpvc")
+    for heads in (96, 128, 256):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            for splits, sink in ((0, True), (4, False), (1, t != 8)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                want = run_decode(comp, win, split.replace(NUM_SPLITS=splits), i)
+                for _ in range(2):
+                    _poison(i)
+                    got = run_decode(comp, win, cluster.replace(NUM_SPLITS=splits), i)
+                    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (heads, t, splits, sink)
+                assert verify_decode(comp, win, i, got) is None, (heads, t, splits, sink)
+    odd = make_decode_inputs(comp, win, 3, 72, 40, 20, "cuda", 7, page_size=16, win_page_size=8)
+    for splits in (0, 1, 2):
+        _poison(odd)
+        assert verify_decode(comp, win, odd, run_decode(comp, win, cluster.replace(NUM_SPLITS=splits), odd)) is None
+    cfg = cluster.replace(NUM_SPLITS=4)
+    o, lse = torch.empty_like(want[0]), torch.empty_like(want[1])
+    args = (inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"])
+    kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg,
+              win_page_size=inp["win_page_size"], out=(o, lse))
+    want = decode(*args, **kw)
+    want = (want[0].clone(), want[1].clone())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode(*args, **kw)
+    for _ in range(3):
+        o.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])

@@ -42,6 +42,8 @@ class XCompileCase:
     # Where not empty, the only targets the case is legal on, on top of its variant's legality (a
     # build option of one launch, e.g. a programmatic dependent launch: NVIDIA sm_90 and later).
     only_targets: tuple[str, ...] = ()
+    # CTAs a cluster (NVIDIA sm_90+: Triton's num_ctas); 1 everywhere but the cluster builds.
+    num_ctas: int = 1
 
 
 class KernelFamily(FamilySpec):

@@ -1439,8 +1439,8 @@ def decode_wgmma_hmws_kernel(
         (_hmws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
                           w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None,
-                          None, 0, 1, COMP_SHIFT, WIN_SHIFT, PREFETCH, False)),
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None,
+                          None, None, 0, 1, COMP_SHIFT, WIN_SHIFT, PREFETCH, False)),
     ], [HMWS_PRODUCER_WARPS], [HMWS_PRODUCER_REGS])
     if SPLIT:
         _launch_dependents()
@@ -1691,8 +1691,8 @@ def decode_wgmma_hmpv_kernel(
         (_hmpv_pv, (o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_here, kv_smem, p_smem, a_smem, f_smem, empty, p_full,
                     p_free, fin, HB, SPLIT)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws,
-                          share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty,
+                          share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
                           gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [4, HMWS_PRODUCER_WARPS], [HMPV_PV_REGS, HMPV_PRODUCER_REGS])
     # The QK warpgroup's half of O (dims 0-255), and the lse or the partials' max and sum.

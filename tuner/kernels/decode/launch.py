@@ -18,12 +18,14 @@ from catalog.codecs import e2m1_backend_legality
 from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEADS, _fmt512, config_constexprs,
                                      has_e2m1, render_variant, render_wgmma, space)
-from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_HM_HEADS, WGMMA_HM_MMAS, WGMMA_ILLEGAL,
+from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_MMAS, WGMMA_HM_HEADS,
+                                           WGMMA_HM_MMAS, WGMMA_ILLEGAL,
                                            WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS, WGMMA_SHARE_MMAS, is_wgmma,
                                            wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
+from tuner.kernels.decode.cluster import check_offsets
 from tuner.targets import detect, interpreting
 
 COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
@@ -32,6 +34,16 @@ COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (6
 @lru_cache(maxsize=16)
 def _wgmma_module(comp: str, win: str) -> Any:
     return R.load(render_wgmma(comp, win))
+
+
+@lru_cache(maxsize=16)
+def _cluster_module(comp: str, win: str) -> Any:
+    return R.load(render_wgmma(comp, win, cluster=True))
+
+
+# The cluster build's specialisations whose buffers were found where its inline PTX reaches them
+# (cluster.check_offsets, once each, before their first launch).
+_CLUSTER_CHECKED: set[tuple[Any, ...]] = set()
 
 
 @lru_cache(maxsize=64)
@@ -410,25 +422,35 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
     part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
-    mod = _wgmma_module(cf.name, wf.name)
+    cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
+    mod = _cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
     kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
               "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
               "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel,
-              "wgmma_wss": mod.decode_wgmma_ws_kernel}[cfg["MMA"]]
+              "wgmma_wss": mod.decode_wgmma_ws_kernel, "wgmma_hmpvc": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
     # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's.
     takes_share = kernel in (mod.decode_wgmma_hmpv_kernel, mod.decode_wgmma_ws_kernel)
     share = cfg["MMA"] in WGMMA_SHARE_MMAS and groups > 1
     ws, cnt, rdy = shared_tiles(n_tok * parts * per, groups, q.device) if share else (None, None, None)
-    kernel[(n_tok, parts, groups)](
-        q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
-        heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
-        q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
-        *((ws, cnt, rdy) if takes_share else ()),
+    # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
+    grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
+    args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+            heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
+            q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
+            *((ws, cnt, rdy) if takes_share else ()))
+    kw: dict[str, Any] = dict(
         HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
         **({"SHARE": share} if takes_share else {}),
+        **({"num_ctas": WGMMA_CLUSTER_CTAS} if cluster else {}),
     )
+    if cluster:
+        spec = (cf.name, wf.name, *sorted(kw.items()))
+        if spec not in _CLUSTER_CHECKED:
+            check_offsets(kernel.warmup(*args, grid=grid, **kw), split=parts > 1)
+            _CLUSTER_CHECKED.add(spec)
+    kernel[grid](*args, **kw)
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
         # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it

@@ -11,6 +11,7 @@ from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_b
 from catalog.families.decode_wgmma import WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS, WGMMA_HM_WARPS, wgmma_reads
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
+from tuner.kernels.decode.cluster import cluster_case
 from tuner.kernels.decode.launch import combine_tile
 from tuner.kernels.signature import kernel_signature
 
@@ -84,6 +85,9 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=4, heads_on_m=True, build="pv",
                             prefetch=True, share=True))
     cases.append(wgmma_case(f584, f584, split=True, build="ws", share=True))
+    # The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc, num_ctas=2), both pairs.
+    for a, b in ((f584, f584), (cf, wf)):
+        cases.append(cluster_case(a, b, split=True))
     # The merge: as every split launch has it, and as the wgmma path's programmatic dependent
     # (griddepcontrol.wait: NVIDIA sm_90 and later only).
     for pdl in (False, True):

@@ -1,0 +1,111 @@
+"""The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): how its module is compiled and
+where its buffers lie.
+
+Its two CTAs take one token's two 64-head groups and each converts half of every tile into both
+CTAs' K buffers (a `cp.async.bulk` into the peer's shared memory, remote mbarrier arrivals), so a
+tile is dequantized once for 128 heads, as FlashMLA's sm90 decode does (benchmarks/README.md).
+Gluon names no shared address, so the template's inline PTX reaches the peer's buffers at byte
+offsets into Triton's dynamic shared memory. The offsets come from Triton's own allocator pass over
+the kernel's TTGIR (`shared_offsets`); the catalog holds them (`WGMMA_CLUSTER_OFFSETS`) because the
+catalog renders without a compiler, and `check_offsets` (a test over every specialisation, and the
+launcher once per specialisation before its first launch) holds them to what the compiler placed.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from typing import Any, Mapping
+
+from catalog.families.decode import render_wgmma
+from catalog.families.decode_wgmma import WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_OFFSETS, WGMMA_HM_HEADS
+from catalog.formats import RecordFormat
+from tuner.kernels.base import XCompileCase
+
+KERNEL = "decode_wgmma_hmpv_kernel"
+
+# The allocations the peer reaches, as Triton's TTGIR types them, in the kernel's program order:
+# the K buffers (two tiles of four [64 keys, 128 dims] bf16 chunks), then five pairs of mbarriers
+# (ready, empty, p_full, p_free, and last the cluster's pfree) and `fin` between them.
+KV_TYPE = "8x64x128xbf16"
+BARRIER_PAIR_TYPE = "2x1xi64"
+
+
+def shared_offsets(compiled: Any, arch: int = 90) -> list[tuple[str, int]]:
+    """Each shared allocation's type and byte offset in Triton's dynamic shared memory, in program
+    order: the kernel's TTGIR through the passes of `make_llir` up to Triton's shared-memory
+    allocator (Gluon exposes no buffer's address; `mapa` needs one)."""
+    from triton._C.libtriton import ir, nvidia, passes
+
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    nvidia.load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as f:
+        f.write(compiled.asm["ttgir"])
+        f.flush()
+        mod = ir.parse_mlir_module(f.name, ctx)
+    mod.context = ctx
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    # The PTX version the compile chose (".version 8.7" -> 87), as make_llir passes it.
+    major, minor = re.search(r"^\.version (\d+)\.(\d+)", compiled.asm["ptx"], re.M).groups()
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, arch, int(major) * 10 + int(minor))
+    pm.run(mod, "shared_offsets")
+    alloc = r"ttg\.local_alloc \{allocation\.offset = (\d+) : i32\} : \(\) -> !ttg\.memdesc<([^,>]+)"
+    return [(ty, int(off)) for off, ty in re.findall(alloc, str(mod))]
+
+
+def buffer_offsets(allocs: list[tuple[str, int]]) -> dict[str, int]:
+    """The offsets the cluster build's inline PTX takes, from `shared_offsets`' list: its K
+    buffers ("kv"), its ready barriers (the first barrier pair) and the peer's free words ("pfree",
+    the last pair)."""
+    pairs = [off for ty, off in allocs if ty == BARRIER_PAIR_TYPE]
+    kv = [off for ty, off in allocs if ty == KV_TYPE]
+    if len(kv) != 1 or len(pairs) != 5:
+        raise ValueError(f"not the cluster build's allocations: {allocs}")
+    return {"kv": kv[0], "ready": pairs[0], "pfree": pairs[-1]}
+
+
+def cluster_case(cf: RecordFormat, wf: RecordFormat, split: bool, prefetch: bool = True, has_sink: bool = True,
+                 comp_shift: int = 6, win_shift: int = 6,
+                 offsets: Mapping[str, Mapping[str, int]] | None = None) -> XCompileCase:
+    """The cluster build as the cross-compiler and the launcher build it (`offsets`: the catalog's
+    unless given; a compile with zeros places the buffers for `shared_offsets`)."""
+    from tuner.kernels.decode.xcompile import ALIGNED_INTS, ARG_TYPES
+    from tuner.kernels.signature import kernel_signature
+
+    rendered = render_wgmma(cf, wf, cluster=True, offsets=offsets)
+    return XCompileCase(
+        variant="wgmma", rendered=rendered, kernel_name=KERNEL,
+        signature=kernel_signature(rendered, KERNEL, ARG_TYPES),
+        constexprs={"HB": WGMMA_HM_HEADS, "COMP_SHIFT": comp_shift, "WIN_SHIFT": win_shift, "SPLIT": split,
+                    "HAS_SINK": has_sink, "num_warps": 4, "PREFETCH": prefetch, "SHARE": False},
+        num_warps=4, num_stages=1, num_ctas=WGMMA_CLUSTER_CTAS,
+        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + " 2-CTA cluster QK/PV"
+        + (" prefetch" if prefetch else ""),
+        aligned_ints=ALIGNED_INTS,
+    )
+
+
+ZERO_OFFSETS = {k: {"kv": 0, "ready": 0, "pfree": 0} for k in ("whole", "split")}
+
+
+def placed_offsets(cf: RecordFormat, wf: RecordFormat, split: bool, **constexprs: Any) -> dict[str, int]:
+    """Where Triton places the cluster build's buffers (compiled for sm_90 here, on the CPU, from a
+    render with zeros for offsets: they do not change what is allocated)."""
+    from tuner.compile import _request, compile_request
+
+    case = cluster_case(cf, wf, split, offsets=ZERO_OFFSETS, **constexprs)
+    return buffer_offsets(shared_offsets(compile_request(_request(case, "sm_90"))))
+
+
+def check_offsets(compiled: Any, split: bool) -> None:
+    """Raise unless the compiled cluster build's buffers lie where its inline PTX reaches them."""
+    placed = buffer_offsets(shared_offsets(compiled))
+    want = WGMMA_CLUSTER_OFFSETS["split" if split else "whole"]
+    if placed != want:
+        raise RuntimeError(f"the cluster build (SPLIT={split}) places its buffers at {placed}, not at the catalog's "
+                           f"WGMMA_CLUSTER_OFFSETS {want} (a Triton other than the pinned one?)")
