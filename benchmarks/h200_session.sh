@@ -185,11 +185,14 @@ for phase in "$@"; do
   cluster)  # the 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): its GPU test (bit for bit the split's),
     # then both of issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the split, all with Triton's ptxas and
     # again with the newer one carried in (.ptxas/: ptxas 12.8 serializes the cluster build's wgmmas, C7518)
-    for px in triton ptxas13; do
-      if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13; fi
+    for px in ptxas13 triton; do
+      if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
+      else unset TRITON_PTXAS_PATH; export KVTUNE_CACHE_DIR=/tmp/kvc; fi
       timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
         -k "cluster_build_matches" >"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log" 2>&1
-      echo "pytest rc=$?" >>"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log"
+      rc=$?
+      echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log"
+      [ $rc = 124 ] && { echo "cluster: the GPU test timed out (a hang?); nothing timed"; break; }
       hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
       mkdir -p "$OUT/results/cluster_$px"
       timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
