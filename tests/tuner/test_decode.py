@@ -683,7 +683,8 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     assert d == _wgmma("nvfp4_288", "fp8_528").replace(num_warps=8) and sp.infeasible(d) is None
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
     assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
-                                                                          "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss"}
+                                                                          "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
+                                                                          "wgmma_hmpvc"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
