@@ -448,8 +448,10 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if cluster:
         spec = (cf.name, wf.name, *sorted(kw.items()))
         if spec not in _CLUSTER_CHECKED:
-            check_offsets(kernel.warmup(*args, grid=grid, **kw), split=parts > 1)
-            _CLUSTER_CHECKED.add(spec)
+            compiled = kernel.warmup(*args, grid=grid, **kw)
+            if compiled is not None:  # None: launches recorded, not run (tuner.warmup.record_launches)
+                check_offsets(compiled, split=parts > 1)
+                _CLUSTER_CHECKED.add(spec)
     kernel[grid](*args, **kw)
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
