@@ -47,6 +47,12 @@ ptxas13() {
   echo /tmp/ptxas13
 }
 
+# PTXAS13=1: every phase compiles with it (TRITON_PTXAS_PATH; its own Triton cache dirs).
+if [ -n "${PTXAS13:-}" ]; then
+  p13=$(ptxas13) || { echo "PTXAS13=1 but no .ptxas/ptxas-*.gz carried in"; exit 1; }
+  export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
+fi
+
 # ab_patch PATCH: this tree archived as ab.sh's base (/tmp/ab_base.tgz), then benchmarks/patches/PATCH applied to the
 # device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
 ab_patch() {
