@@ -66,6 +66,10 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, heads=D.WGMMA_HM_HEADS, warps=D.WGMMA_HMPV_WARPS,
                                                 heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_hmpvs"))]
+        if cfg["MMA"] == "wgmma_hmpvc":  # the QK / PV split as a 2-CTA cluster (num_ctas=2)
+            from tuner.kernels.decode.cluster import cluster_case
+
+            return [(text, cluster_case(*fmts, split=True, prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] in ("wgmma_ws", "wgmma_wss"):  # the warp-specialised build: 16 heads, producer warps beside
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_wss"))]
