@@ -19,9 +19,8 @@ from catalog.core import Config
 from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEADS, _fmt512, config_constexprs,
                                      has_e2m1, render_variant, render_wgmma, space)
 from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_MMAS, WGMMA_HM_HEADS,
-                                           WGMMA_HM_MMAS, WGMMA_ILLEGAL,
-                                           WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS, WGMMA_SHARE_MMAS, is_wgmma,
-                                           wgmma_heads, wgmma_legality)
+                                           WGMMA_HM_MMAS, WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
+                                           WGMMA_SHARE_MMAS, is_wgmma, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -408,7 +407,9 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                   workspace: torch.Tensor | None, counters: torch.Tensor | None = None) -> None:
     """`decode` on the wgmma path (arguments already checked there; it takes no counters): the
     build the config names (MMA=wgmma: HB = 16 or 32 heads a program on the MMAs' N; wgmma_hm:
-    64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised)."""
+    64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised; wgmma_hmpvc: the
+    QK / PV split's 64-head programs in 2-CTA clusters, from the cluster render, launched with
+    num_ctas=2 after its buffers' offsets are checked once a specialisation)."""
     if q.device.type != "cuda" or interpreting():
         raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
                          + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
