@@ -79,8 +79,7 @@ WGMMA_SHARE_MMAS: tuple[str, ...] = ("wgmma_hmpvs", "wgmma_wss")
 # `cluster`, its kernel launched with num_ctas=2): a cluster's two CTAs take a token's two 64-head
 # groups, and each converts two of a tile's four K chunks into both CTAs' K buffers (a bulk copy
 # into the peer's shared memory), so each tile is dequantized once for 128 heads, FlashMLA's sm90
-# split of the work (tuner/kernels/decode/cluster.py). Head groups run in pairs: 65-128 heads, or
-# any count of an even number of 64-head groups.
+# split of the work (tuner/kernels/decode/cluster.py). 65-128 heads: one cluster a token and split.
 WGMMA_CLUSTER_MMAS: tuple[str, ...] = ("wgmma_hmpvc",)
 WGMMA_CLUSTER_CTAS = 2
 # Byte offsets into Triton's dynamic shared memory of the buffers the peer CTA reaches (its K
@@ -140,8 +139,8 @@ def wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
     if c["MMA"] in ("wgmma_hmpv", "wgmma_hmpvs", "wgmma_hmpvc") and \
             wgmma_hmpv_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
         return "the QK / PV split build's buffers exceed sm_90's shared memory"
-    if c["MMA"] in WGMMA_CLUSTER_MMAS and (heads <= WGMMA_HM_HEADS or -(-heads // WGMMA_HM_HEADS) % 2):
-        return f"a 2-CTA cluster takes two 64-head groups: an even number of them (65-128 heads...), not {heads} heads"
+    if c["MMA"] in WGMMA_CLUSTER_MMAS and not WGMMA_HM_HEADS < heads <= 2 * WGMMA_HM_HEADS:
+        return f"a 2-CTA cluster takes two 64-head groups: 65-128 heads, not {heads}"
     if c["MMA"] == "wgmma_hmpvs" and not WGMMA_HM_HEADS < heads <= 2 * WGMMA_HM_HEADS:
         return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
     if c["MMA"] == "wgmma_wss" and heads <= WGMMA_HEADS:

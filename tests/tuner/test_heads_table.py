@@ -148,11 +148,13 @@ def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
                   "heads on M QK/PV split, splits 1", "warp-specialised, splits auto, L2 prefetch",
                   "heads on M warp-specialised, splits auto, L2 prefetch",
                   "heads on M QK/PV split, splits auto, L2 prefetch", "warp-specialised, shared tiles, splits auto"}
-    # Past 16 heads the warp-specialised build sharing tiles between head groups, past 64 the split's.
+    # Past 16 heads the warp-specialised build sharing tiles between head groups, past 64 the split's
+    # and the split's 2-CTA cluster build (two 64-head groups).
     wss, hmpvs = "warp-specialised, shared tiles, splits auto", "heads on M QK/PV split, shared tiles, splits auto, L2 prefetch"
+    cluster = {f"heads on M QK/PV split, 2-CTA cluster, splits {s}, L2 prefetch" for s in ("auto", "1")}
     assert wss in v4
     assert set(_runs(("nvfp4_288", "fp8_528"), 16)) == v4 - {wss}
-    assert set(_runs(("fp8_528", "nvfp4_288"), 128)) == v4 | {hmpvs}
+    assert set(_runs(("fp8_528", "nvfp4_288"), 128)) == v4 | {hmpvs} | cluster
 
 
 def test_bench_decode_hm_puts_each_prefetch_row_beside_its_build() -> None:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import re
 import tempfile
+from functools import lru_cache
 from typing import Any, Mapping
 
 from catalog.families.decode import render_wgmma
 from catalog.families.decode_wgmma import WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_OFFSETS, WGMMA_HM_HEADS
 from catalog.formats import RecordFormat
+from templates import render as R
 from tuner.kernels.base import XCompileCase
 
 KERNEL = "decode_wgmma_hmpv_kernel"
@@ -109,3 +111,25 @@ def check_offsets(compiled: Any, split: bool) -> None:
     if placed != want:
         raise RuntimeError(f"the cluster build (SPLIT={split}) places its buffers at {placed}, not at the catalog's "
                            f"WGMMA_CLUSTER_OFFSETS {want} (a Triton other than the pinned one?)")
+
+
+@lru_cache(maxsize=16)
+def cluster_module(comp: str, win: str) -> Any:
+    """The cluster render of a pair's wgmma module, loaded (the launcher's)."""
+    return R.load(render_wgmma(comp, win, cluster=True))
+
+
+# The specialisations whose buffers were found where the inline PTX reaches them (`check_once`).
+_CHECKED: set[tuple[Any, ...]] = set()
+
+
+def check_once(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    """`check_offsets` on the launch's specialisation before its first launch: compiled by
+    `warmup` (nothing runs), then checked; once per kernel and constexprs."""
+    spec = (kernel, *sorted(kw.items()))
+    if spec in _CHECKED:
+        return
+    compiled = kernel.warmup(*args, grid=grid, **kw)
+    if compiled is not None:  # None: launches recorded, not run (tuner.warmup.record_launches)
+        check_offsets(compiled, split=bool(kw["SPLIT"]))
+        _CHECKED.add(spec)

@@ -24,7 +24,7 @@ from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WG
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
-from tuner.kernels.decode.cluster import check_offsets
+from tuner.kernels.decode.cluster import check_once, cluster_module
 from tuner.targets import detect, interpreting
 
 COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
@@ -33,16 +33,6 @@ COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (6
 @lru_cache(maxsize=16)
 def _wgmma_module(comp: str, win: str) -> Any:
     return R.load(render_wgmma(comp, win))
-
-
-@lru_cache(maxsize=16)
-def _cluster_module(comp: str, win: str) -> Any:
-    return R.load(render_wgmma(comp, win, cluster=True))
-
-
-# The cluster build's specialisations whose buffers were found where its inline PTX reaches them
-# (cluster.check_offsets, once each, before their first launch).
-_CLUSTER_CHECKED: set[tuple[Any, ...]] = set()
 
 
 @lru_cache(maxsize=64)
@@ -424,7 +414,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
-    mod = _cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
+    mod = cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
     kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
               "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
               "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel,
@@ -447,12 +437,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         **({"num_ctas": WGMMA_CLUSTER_CTAS} if cluster else {}),
     )
     if cluster:
-        spec = (cf.name, wf.name, *sorted(kw.items()))
-        if spec not in _CLUSTER_CHECKED:
-            compiled = kernel.warmup(*args, grid=grid, **kw)
-            if compiled is not None:  # None: launches recorded, not run (tuner.warmup.record_launches)
-                check_offsets(compiled, split=parts > 1)
-                _CLUSTER_CHECKED.add(spec)
+        check_once(kernel, grid, args, kw)
     kernel[grid](*args, **kw)
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
