@@ -191,7 +191,7 @@ for phase in "$@"; do
   cluster)  # the 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): its GPU test (bit for bit the split's),
     # then both of issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the split, all with Triton's ptxas and
     # again with the newer one carried in (.ptxas/: ptxas 12.8 serializes the cluster build's wgmmas, C7518)
-    for px in ptxas13 triton; do
+    for px in ${CLUSTER_PTXAS:-ptxas13 triton}; do
       if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
       else unset TRITON_PTXAS_PATH; export KVTUNE_CACHE_DIR=/tmp/kvc; fi
       timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
