@@ -8,6 +8,8 @@ trace_ptr), summarised per build as medians over programs and tiles:
   buffer (warp-specialised builds: the consumer's MMAs of two tiles before), its conversion
   (dequantize, store, hand over; in the heads-on-M warp-specialised builds this includes the
   loads' landing); in the builds without a producer (wgmma, wgmma_hm) the same steps in line;
+- the cluster build (wgmma_hmpvc): its producer's wait for the peer's word (pfree) between its empty
+  wait and its conversion (then half a tile, and the bulk copy's issue);
 - consumer (wgmma_hmpv: its QK warpgroup): its wait for a ready K buffer, its compute (MMAs,
   softmax); wgmma_hmpv's PV warpgroup: its tile from P ready to its arrive;
 - the first tile (program start to its first tile attended), the tile period (one consumer 'done'
@@ -38,14 +40,14 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Event numbers of the trace build's probes (templates/decode_wgmma.py.j2, _stamp): per tile.
-P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE = range(9)
+P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE, P_PEER = range(10)
 TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* constants
 
 # (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
 DEFAULT_RUNS: tuple[tuple[str, int, int], ...] = (("wgmma", 16, 1), ("wgmma", 16, 64), ("wgmma_ws", 16, 64),
                                                   ("wgmma_hm", 128, 64), ("wgmma_hmws", 128, 64),
-                                                  ("wgmma_hmpv", 128, 64))
+                                                  ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64))
 
 
 def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     A program's clock is its cycles over its ns from start to end; phases it has no stamps for
     (a build without that partition) are left out."""
     phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer data wait", "producer empty wait",
-                                                      "producer conversion", "consumer ready wait",
+                                                      "producer peer wait", "producer conversion", "consumer ready wait",
                                                       "consumer compute", "pv tile", "first tile", "tile period",
                                                       "program", "epilogue")}
     clocks = []
@@ -76,8 +78,12 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
             return (row[b] - row[a]) * us if row[a] and row[b] else None
 
         for r in rows:
+            # The cluster build's producer waits for the peer's word (P_PEER) between its empty wait and
+            # its conversion.
+            conv = P_PEER if r[P_PEER] else P_FREE
             for name, a, b in (("producer data wait", P_TOP, P_LANDED), ("producer empty wait", P_LANDED, P_FREE),
-                               ("producer conversion", P_FREE, P_DONE), ("consumer ready wait", C_WAIT, C_READY),
+                               ("producer peer wait", P_FREE, P_PEER),
+                               ("producer conversion", conv, P_DONE), ("consumer ready wait", C_WAIT, C_READY),
                                ("consumer compute", C_READY, C_DONE), ("pv tile", PV_READY, PV_DONE)):
                 v = span(r, a, b)
                 if v is not None:
@@ -103,12 +109,20 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     return out
 
 
-def _traced_module(pair: tuple[str, str], buf: Any) -> Any:
-    """The trace build's module, its kernels (TRACED) called with trace_ptr=buf."""
+def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False) -> Any:
+    """The trace build's module (`cluster`: the cluster build's), its kernels (TRACED) called with
+    trace_ptr=buf."""
     from catalog.families.decode import render_wgmma
     from templates import render as R
 
-    mod = R.load(render_wgmma(*pair, trace=True))
+    offsets = None
+    if cluster:  # the probes move the barriers: the trace build's own placement (two CPU compiles)
+        from catalog.formats import get_format
+        from tuner.kernels.decode.cluster import placed_offsets
+
+        cf, wf = get_format(pair[0]), get_format(pair[1])
+        offsets = {k: placed_offsets(cf, wf, k == "split", trace=True) for k in ("whole", "split")}
+    mod = R.load(render_wgmma(*pair, trace=True, cluster=cluster, offsets=offsets))
 
     class Bound:
         def __init__(self, kernel: Any) -> None:
@@ -116,6 +130,9 @@ def _traced_module(pair: tuple[str, str], buf: Any) -> Any:
 
         def __getitem__(self, grid: Any) -> Any:
             return lambda *a, **kw: self.kernel[grid](*a, trace_ptr=buf, **kw)
+
+        def warmup(self, *a: Any, **kw: Any) -> Any:  # the cluster launcher's offsets check
+            return self.kernel.warmup(*a, trace_ptr=buf, **kw)
 
     class Traced:
         def __getattr__(self, name: str) -> Any:
@@ -141,7 +158,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
     import tuner.kernels.decode.launch as launch
     from benchmarks.bench_decode import PAGE, Shape, _sets
     from catalog.families.decode import decode_bytes, default_config
-    from catalog.families.decode_wgmma import wgmma_config
+    from catalog.families.decode_wgmma import WGMMA_CLUSTER_MMAS, wgmma_config
     from tuner.kernels.decode import decode, verify_decode
 
     shape = Shape(False, heads)
@@ -154,8 +171,9 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
     groups = -(-heads // launch.wgmma_program_heads(cfg, heads, *pair))
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
     buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
-    real, traced = launch._wgmma_module, _traced_module(pair, buf)
-    launch._wgmma_module = lambda comp, win: traced
+    real, real_cluster = launch._wgmma_module, launch.cluster_module
+    traced = _traced_module(pair, buf, cluster=build in WGMMA_CLUSTER_MMAS)
+    launch._wgmma_module = launch.cluster_module = lambda comp, win: traced
     try:
         def call(s: dict[str, Any]) -> Any:
             return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"],
@@ -168,7 +186,7 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
         call(sets[0])
         torch.cuda.synchronize()
     finally:
-        launch._wgmma_module = real
+        launch._wgmma_module, launch.cluster_module = real, real_cluster
     n_tiles = -(-shape.topk // 64) + -(-shape.window // 64)
     trace = buf.view(-1, TRACE_TILES, TRACE_EVENTS).tolist()
     # Program p = (token * parts + split) * groups + group walks tiles [split * per, ...) of n_tiles.
@@ -205,10 +223,16 @@ def static() -> int:
     change much of what they measure (2026-12-05: see benchmarks/README.md, decode_timeline.py)."""
     from tuner.compile import _request, compile_with_stats
 
+    from catalog.formats import get_format
+    from tuner.kernels.decode.cluster import cluster_case
+
     for pair in (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")):
         for name, heads, warps in TRACED:
             _, stats = compile_with_stats(_request(trace_case(pair, name, heads, warps), "sm_90"))
             print(json.dumps({"pair": "+".join(pair), "kernel": name, **stats}))
+        case = cluster_case(get_format(pair[0]), get_format(pair[1]), split=True, prefetch=False, trace=True)
+        _, stats = compile_with_stats(_request(case, "sm_90"))
+        print(json.dumps({"pair": "+".join(pair), "kernel": name + " (2-CTA cluster)", **stats}))
     return 0
 
 
@@ -216,7 +240,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--static", action="store_true", help="compile the traced builds for sm_90 on the CPU only")
     ap.add_argument("--build", action="append", default=None,
-                    help="wgmma, wgmma_hm, wgmma_ws, wgmma_hmws, wgmma_hmpv (repeatable; default: DEFAULT_RUNS)")
+                    help="wgmma, wgmma_hm, wgmma_ws, wgmma_hmws, wgmma_hmpv, wgmma_hmpvc (repeatable; default: "
+                         "DEFAULT_RUNS)")
     ap.add_argument("--heads", type=int, default=None, help="default: DEFAULT_RUNS' (16, or 128 for heads on M)")
     ap.add_argument("--t", type=int, default=None, help="default: DEFAULT_RUNS' (1 and 64)")
     ap.add_argument("--pair", action="append", default=None, help="comp+win (default: both of issue 28's pairs)")
@@ -252,7 +277,8 @@ def main() -> int:
     # One pair a call names its files after it (no '+': the device's file transfer refuses it).
     stem = "decode_timeline" + ("_" + "_".join(pairs[0]) if len(pairs) == 1 else "") + "_h200"
     (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
-    cols = ["prologue", "producer data wait", "producer empty wait", "producer conversion", "consumer ready wait",
+    cols = ["prologue", "producer data wait", "producer empty wait", "producer peer wait", "producer conversion",
+            "consumer ready wait",
             "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
             "start spread", "launch span", "clock GHz"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",

@@ -72,22 +72,23 @@ def buffer_offsets(allocs: list[tuple[str, int]]) -> dict[str, int]:
 
 
 def cluster_case(cf: RecordFormat, wf: RecordFormat, split: bool, prefetch: bool = True, has_sink: bool = True,
-                 comp_shift: int = 6, win_shift: int = 6,
-                 offsets: Mapping[str, Mapping[str, int]] | None = None) -> XCompileCase:
+                 comp_shift: int = 6, win_shift: int = 6, offsets: Mapping[str, Mapping[str, int]] | None = None,
+                 trace: bool = False) -> XCompileCase:
     """The cluster build as the cross-compiler and the launcher build it (`offsets`: the catalog's
-    unless given; a compile with zeros places the buffers for `shared_offsets`)."""
+    unless given; a compile with zeros places the buffers for `shared_offsets`; `trace`: the
+    trace build, benchmarks/decode_timeline.py)."""
     from tuner.kernels.decode.xcompile import ALIGNED_INTS, ARG_TYPES
     from tuner.kernels.signature import kernel_signature
 
-    rendered = render_wgmma(cf, wf, cluster=True, offsets=offsets)
+    rendered = render_wgmma(cf, wf, trace=trace, cluster=True, offsets=offsets)
     return XCompileCase(
         variant="wgmma", rendered=rendered, kernel_name=KERNEL,
-        signature=kernel_signature(rendered, KERNEL, ARG_TYPES),
+        signature=kernel_signature(rendered, KERNEL, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": WGMMA_HM_HEADS, "COMP_SHIFT": comp_shift, "WIN_SHIFT": win_shift, "SPLIT": split,
                     "HAS_SINK": has_sink, "num_warps": 4, "PREFETCH": prefetch, "SHARE": False},
         num_warps=4, num_stages=1, num_ctas=WGMMA_CLUSTER_CTAS,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + " 2-CTA cluster QK/PV"
-        + (" prefetch" if prefetch else ""),
+        + (" prefetch" if prefetch else "") + (" trace" if trace else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
@@ -104,13 +105,14 @@ def placed_offsets(cf: RecordFormat, wf: RecordFormat, split: bool, **constexprs
     return buffer_offsets(shared_offsets(compile_request(_request(case, "sm_90"))))
 
 
-def check_offsets(compiled: Any, split: bool) -> None:
-    """Raise unless the compiled cluster build's buffers lie where its inline PTX reaches them."""
+def check_offsets(compiled: Any, split: bool, offsets: Mapping[str, Mapping[str, int]]) -> None:
+    """Raise unless the compiled cluster build's buffers lie where its inline PTX reaches them (the
+    `offsets` its module was rendered with: its PEER_OFFSETS)."""
     placed = buffer_offsets(shared_offsets(compiled))
-    want = WGMMA_CLUSTER_OFFSETS["split" if split else "whole"]
+    want = dict(offsets["split" if split else "whole"])
     if placed != want:
-        raise RuntimeError(f"the cluster build (SPLIT={split}) places its buffers at {placed}, not at the catalog's "
-                           f"WGMMA_CLUSTER_OFFSETS {want} (a Triton other than the pinned one?)")
+        raise RuntimeError(f"the cluster build (SPLIT={split}) places its buffers at {placed}, not at the {want} its "
+                           "module reaches (WGMMA_CLUSTER_OFFSETS: a Triton other than the pinned one?)")
 
 
 @lru_cache(maxsize=16)
@@ -123,13 +125,15 @@ def cluster_module(comp: str, win: str) -> Any:
 _CHECKED: set[tuple[Any, ...]] = set()
 
 
-def check_once(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+def check_once(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], kw: dict[str, Any],
+               offsets: Mapping[str, Mapping[str, int]]) -> None:
     """`check_offsets` on the launch's specialisation before its first launch: compiled by
-    `warmup` (nothing runs), then checked; once per kernel and constexprs."""
+    `warmup` (nothing runs), then checked against `offsets` (its module's PEER_OFFSETS); once per
+    kernel and constexprs."""
     spec = (kernel, *sorted(kw.items()))
     if spec in _CHECKED:
         return
     compiled = kernel.warmup(*args, grid=grid, **kw)
     if compiled is not None:  # None: launches recorded, not run (tuner.warmup.record_launches)
-        check_offsets(compiled, split=bool(kw["SPLIT"]))
+        check_offsets(compiled, bool(kw["SPLIT"]), offsets)
         _CHECKED.add(spec)

@@ -437,7 +437,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         **({"num_ctas": WGMMA_CLUSTER_CTAS} if cluster else {}),
     )
     if cluster:
-        check_once(kernel, grid, args, kw)
+        check_once(kernel, grid, args, kw, mod.PEER_OFFSETS)
     kernel[grid](*args, **kw)
     if parts > 1:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
