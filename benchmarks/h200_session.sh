@@ -61,7 +61,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -238,6 +238,13 @@ for phase in "$@"; do
       --only "warp-specialised, splits auto" \
       --only "QK/PV split, splits auto" --out "$OUT/results" >"$OUT/bench_decode_prefetch.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_prefetch.log"
+    ;;
+  timeline-cluster)  # what binds the cluster build (MMA=wgmma_hmpvc) beside the split it pairs, from inside: 128 heads,
+    # T = 64, both pairs, PREFETCH 0 and 1; with the carried-in ptxas (.ptxas/) when there is one
+    p13=$(ptxas13) && export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --build wgmma_hmpv --build wgmma_hmpvc \
+      --heads 128 --t "${TIMELINE_T:-64}" --out "$OUT/results" >"$OUT/decode_timeline_cluster.log" 2>&1
+    echo "decode_timeline rc=$?" >>"$OUT/decode_timeline_cluster.log"
     ;;
   timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1); one pair a
     # call (TL_PAIR; each traced kernel is a cold compile, ~30 s)

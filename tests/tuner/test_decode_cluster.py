@@ -71,8 +71,9 @@ print(json.dumps(out))
 
 
 def test_the_catalogs_offsets_are_where_triton_places_the_buffers_in_every_specialisation() -> None:
-    # The constexprs the launcher varies (SPLIT, HAS_SINK, PREFETCH, pages by a shift or not; all of
-    # their 32 combinations placed the buffers alike on 2026-12-06, by SPLIT), both pairs: the buffers the peer reaches (its K buffers, ready barriers and pfree words) lie at the
+    # The constexprs the launcher varies (SPLIT, HAS_SINK, PREFETCH, pages by a shift or not: their
+    # 16 combinations on the V4 pair placed the buffers alike but for SPLIT, 2026-12-06), both pairs:
+    # the buffers the peer reaches (its K buffers, ready barriers and pfree words) lie at the
     # catalog's offsets for that SPLIT, in a render with zeros and in the real one alike; the PTX is
     # a 2-CTA cluster's within sm_90's shared memory.
     import json
