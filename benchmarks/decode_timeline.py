@@ -118,10 +118,12 @@ def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False) -> An
     offsets = None
     if cluster:  # the probes move the barriers: the trace build's own placement (two CPU compiles)
         from catalog.formats import get_format
-        from tuner.kernels.decode.cluster import placed_offsets
+        from tuner.kernels.decode.cluster import ZERO_OFFSETS, placed_offsets
+        from tuner.kernels.decode.xcompile import cluster_case
 
         cf, wf = get_format(pair[0]), get_format(pair[1])
-        offsets = {k: placed_offsets(cf, wf, k == "split", trace=True) for k in ("whole", "split")}
+        offsets = {k: placed_offsets(cluster_case(cf, wf, k == "split", offsets=ZERO_OFFSETS, trace=True))
+                   for k in ("whole", "split")}
     mod = R.load(render_wgmma(*pair, trace=True, cluster=cluster, offsets=offsets))
 
     class Bound:
@@ -224,7 +226,7 @@ def static() -> int:
     from tuner.compile import _request, compile_with_stats
 
     from catalog.formats import get_format
-    from tuner.kernels.decode.cluster import cluster_case
+    from tuner.kernels.decode.xcompile import cluster_case
 
     for pair in (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")):
         for name, heads, warps in TRACED:

@@ -67,9 +67,7 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
                                                 heads_on_m=True, build="pv", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_hmpvs"))]
         if cfg["MMA"] == "wgmma_hmpvc":  # the QK / PV split as a 2-CTA cluster (num_ctas=2)
-            from tuner.kernels.decode.cluster import cluster_case
-
-            return [(text, cluster_case(*fmts, split=True, prefetch=bool(cfg["PREFETCH"])))]
+            return [(text, D.xcompile.cluster_case(*fmts, split=True, prefetch=bool(cfg["PREFETCH"])))]
         if cfg["MMA"] in ("wgmma_ws", "wgmma_wss"):  # the warp-specialised build: 16 heads, producer warps beside
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_wss"))]

@@ -57,12 +57,13 @@ import json, sys
 from catalog.formats import get_format
 from tuner.compile import _request, compile_with_stats
 from catalog.families.decode_wgmma import WGMMA_CLUSTER_OFFSETS
-from tuner.kernels.decode.cluster import check_offsets, cluster_case, placed_offsets
+from tuner.kernels.decode.cluster import ZERO_OFFSETS, check_offsets, placed_offsets
+from tuner.kernels.decode.xcompile import cluster_case
 out = []
 for comp, win, split, prefetch, sink, shift in json.loads(sys.argv[1]):
     cf, wf = get_format(comp), get_format(win)
     kw = dict(prefetch=prefetch, has_sink=sink, comp_shift=shift, win_shift=shift)
-    placed = placed_offsets(cf, wf, split, **kw)
+    placed = placed_offsets(cluster_case(cf, wf, split, offsets=ZERO_OFFSETS, **kw))
     k, stats = compile_with_stats(_request(cluster_case(cf, wf, split, **kw), "sm_90"))
     check_offsets(k, split, WGMMA_CLUSTER_OFFSETS)  # raises if the build with them placed them elsewhere
     out.append({"placed": placed, "ptx": k.asm["ptx"].count(".reqnctapercluster 2"), **stats})

@@ -1,5 +1,5 @@
-"""The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): how its module is compiled and
-where its buffers lie.
+"""The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): where its buffers lie, its module,
+and the launcher's check of a compile (its compile case: `xcompile.cluster_case`).
 
 Its two CTAs take one token's two 64-head groups and each converts half of every tile into both
 CTAs' K buffers (a `cp.async.bulk` into the peer's shared memory, remote mbarrier arrivals), so a
@@ -7,8 +7,9 @@ tile is dequantized once for 128 heads, as FlashMLA's sm90 decode does (benchmar
 Gluon names no shared address, so the template's inline PTX reaches the peer's buffers at byte
 offsets into Triton's dynamic shared memory. The offsets come from Triton's own allocator pass over
 the kernel's TTGIR (`shared_offsets`); the catalog holds them (`WGMMA_CLUSTER_OFFSETS`) because the
-catalog renders without a compiler, and `check_offsets` (a test over every specialisation, and the
-launcher once per specialisation before its first launch) holds them to what the compiler placed.
+catalog renders without a compiler, and `check_offsets` (a test over the launcher's specialisations,
+and the launcher once a specialisation before its first launch) holds them to what the compiler
+placed.
 """
 
 from __future__ import annotations
@@ -19,12 +20,8 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from catalog.families.decode import render_wgmma
-from catalog.families.decode_wgmma import WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_OFFSETS, WGMMA_HM_HEADS
-from catalog.formats import RecordFormat
 from templates import render as R
 from tuner.kernels.base import XCompileCase
-
-KERNEL = "decode_wgmma_hmpv_kernel"
 
 # The allocations the peer reaches, as Triton's TTGIR types them, in the kernel's program order:
 # the K buffers (two tiles of four [64 keys, 128 dims] bf16 chunks), then five pairs of mbarriers
@@ -71,37 +68,14 @@ def buffer_offsets(allocs: list[tuple[str, int]]) -> dict[str, int]:
     return {"kv": kv[0], "ready": pairs[0], "pfree": pairs[-1]}
 
 
-def cluster_case(cf: RecordFormat, wf: RecordFormat, split: bool, prefetch: bool = True, has_sink: bool = True,
-                 comp_shift: int = 6, win_shift: int = 6, offsets: Mapping[str, Mapping[str, int]] | None = None,
-                 trace: bool = False) -> XCompileCase:
-    """The cluster build as the cross-compiler and the launcher build it (`offsets`: the catalog's
-    unless given; a compile with zeros places the buffers for `shared_offsets`; `trace`: the
-    trace build, benchmarks/decode_timeline.py)."""
-    from tuner.kernels.decode.xcompile import ALIGNED_INTS, ARG_TYPES
-    from tuner.kernels.signature import kernel_signature
-
-    rendered = render_wgmma(cf, wf, trace=trace, cluster=True, offsets=offsets)
-    return XCompileCase(
-        variant="wgmma", rendered=rendered, kernel_name=KERNEL,
-        signature=kernel_signature(rendered, KERNEL, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
-        constexprs={"HB": WGMMA_HM_HEADS, "COMP_SHIFT": comp_shift, "WIN_SHIFT": win_shift, "SPLIT": split,
-                    "HAS_SINK": has_sink, "num_warps": 4, "PREFETCH": prefetch, "SHARE": False},
-        num_warps=4, num_stages=1, num_ctas=WGMMA_CLUSTER_CTAS,
-        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + " 2-CTA cluster QK/PV"
-        + (" prefetch" if prefetch else "") + (" trace" if trace else ""),
-        aligned_ints=ALIGNED_INTS,
-    )
-
-
 ZERO_OFFSETS = {k: {"kv": 0, "ready": 0, "pfree": 0} for k in ("whole", "split")}
 
 
-def placed_offsets(cf: RecordFormat, wf: RecordFormat, split: bool, **constexprs: Any) -> dict[str, int]:
-    """Where Triton places the cluster build's buffers (compiled for sm_90 here, on the CPU, from a
-    render with zeros for offsets: they do not change what is allocated)."""
+def placed_offsets(case: XCompileCase) -> dict[str, int]:
+    """Where Triton places the buffers of a cluster build's case (xcompile.cluster_case, rendered
+    with ZERO_OFFSETS: offsets do not change what is allocated), compiled for sm_90 here on the CPU."""
     from tuner.compile import _request, compile_request
 
-    case = cluster_case(cf, wf, split, offsets=ZERO_OFFSETS, **constexprs)
     return buffer_offsets(shared_offsets(compile_request(_request(case, "sm_90"))))
 
 

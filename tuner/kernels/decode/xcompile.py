@@ -1,17 +1,20 @@
 """decode's cross-compile cases: decode_kernel per backend on the issue's record pairs and in its
 split, separate, fused and prefetch builds, the wgmma path's decode_wgmma_kernel (and its
-heads-on-M build, decode_wgmma_hm_kernel), and the merge decode_combine. Each signature is its
+heads-on-M builds, decode_wgmma_hm_kernel..., and the 2-CTA cluster build of the QK / PV split), and
+the merge decode_combine. Each signature is its
 kernel's own parameter list (`tuner.kernels.signature`), typed by ARG_TYPES."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from catalog.core import Config
 from catalog.families.decode import (ISSUE_PAIRS, MAX_SPLITS, PDL_TARGETS, cfg_backends, config_constexprs,
                                      default_config, render_variant, render_wgmma)
-from catalog.families.decode_wgmma import WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS, WGMMA_HM_WARPS, wgmma_reads
+from catalog.families.decode_wgmma import (WGMMA_CLUSTER_CTAS, WGMMA_HEADS, WGMMA_HEADS_2WG, WGMMA_HM_HEADS,
+                                           WGMMA_HM_WARPS, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
-from tuner.kernels.decode.cluster import cluster_case
 from tuner.kernels.decode.launch import combine_tile
 from tuner.kernels.signature import kernel_signature
 
@@ -27,6 +30,8 @@ ARG_TYPES: dict[str, str] = {
     "comp_len_ptr": "*i32", "win_len_ptr": "*i32", "comp_len_div": "i32", "win_len_div": "i32",
     "share_ws": "*bf16", "share_cnt": "*i32", "share_rdy": "*i32",
 }
+
+CLUSTER_KERNEL = "decode_wgmma_hmpv_kernel"  # the cluster build's kernel (its own render)
 
 # Multiples of 16 at the seed shape (16 heads, top-k 512, window 128, 64-record pages, contiguous q
 # and index lists); the chunks depend on the split count.
@@ -135,6 +140,25 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else "")
         + (" shared tiles" if share else "")
         + (" trace" if trace else ""),
+        aligned_ints=ALIGNED_INTS,
+    )
+
+
+def cluster_case(cf: RecordFormat, wf: RecordFormat, split: bool, prefetch: bool = True, has_sink: bool = True,
+                 comp_shift: int = 6, win_shift: int = 6, offsets: Mapping[str, Mapping[str, int]] | None = None,
+                 trace: bool = False) -> XCompileCase:
+    """The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc, num_ctas=2; see
+    tuner/kernels/decode/cluster.py): `offsets` the catalog's unless given (cluster.ZERO_OFFSETS to
+    place the buffers: `cluster.placed_offsets`); `trace`: the trace build (decode_timeline.py)."""
+    rendered = render_wgmma(cf, wf, trace=trace, cluster=True, offsets=offsets)
+    return XCompileCase(
+        variant="wgmma", rendered=rendered, kernel_name=CLUSTER_KERNEL,
+        signature=kernel_signature(rendered, CLUSTER_KERNEL, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
+        constexprs={"HB": WGMMA_HM_HEADS, "COMP_SHIFT": comp_shift, "WIN_SHIFT": win_shift, "SPLIT": split,
+                    "HAS_SINK": has_sink, "num_warps": 4, "PREFETCH": prefetch, "SHARE": False},
+        num_warps=4, num_stages=1, num_ctas=WGMMA_CLUSTER_CTAS,
+        detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + " 2-CTA cluster QK/PV"
+        + (" prefetch" if prefetch else "") + (" trace" if trace else ""),
         aligned_ints=ALIGNED_INTS,
     )
 
