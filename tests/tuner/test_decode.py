@@ -1074,6 +1074,25 @@ def test_wgmma_heads_on_m_matches_reference_on_sm90(pair: tuple[str, str], mma: 
         assert verify_decode(comp, win, inp, run_decode(comp, win, hm.replace(NUM_SPLITS=splits), inp)) is None, splits
 
 
+def _replays_bit_for_bit(comp: str, win: str, inp: dict, cfg: Config) -> None:
+    """`cfg` captured in a CUDA graph, replayed three times into zeroed outputs: each replay gives
+    the eager launch's outputs bit for bit."""
+    o, lse = torch.empty_like(inp["out"][0]), torch.empty_like(inp["out"][1])
+    args = (inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"])
+    kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg,
+              win_page_size=inp["win_page_size"], out=(o, lse))
+    want = decode(*args, **kw)
+    want = (want[0].clone(), want[1].clone())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode(*args, **kw)
+    for _ in range(3):
+        o.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
+
+
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
 @pytest.mark.parametrize("build, base, head_counts", [("wgmma_hmpvs", "wgmma_hmpv", (96, 128)),
                                                       ("wgmma_wss", "wgmma_ws", (32, 72, 128))], ids=["hmpvs", "wss"])
@@ -1100,21 +1119,7 @@ def test_shared_tile_builds_match_their_base_bit_for_bit_on_sm90(pair: tuple[str
                     got = run_decode(comp, win, shared.replace(NUM_SPLITS=splits), i)
                     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (heads, t, splits, sink)
                 assert verify_decode(comp, win, i, got) is None, (heads, t, splits, sink)
-    cfg = shared.replace(NUM_SPLITS=4)
-    o, lse = torch.empty_like(want[0]), torch.empty_like(want[1])
-    args = (inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"])
-    kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg,
-              win_page_size=inp["win_page_size"], out=(o, lse))
-    want = decode(*args, **kw)
-    want = (want[0].clone(), want[1].clone())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        decode(*args, **kw)
-    for _ in range(3):
-        o.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
+    _replays_bit_for_bit(comp, win, inp, shared.replace(NUM_SPLITS=4))
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
@@ -1192,18 +1197,4 @@ def test_cluster_build_matches_the_qk_pv_split_bit_for_bit_on_sm90(pair: tuple[s
     for splits in (0, 1, 2):
         _poison(odd)
         assert verify_decode(comp, win, odd, run_decode(comp, win, cluster.replace(NUM_SPLITS=splits), odd)) is None
-    cfg = cluster.replace(NUM_SPLITS=4)
-    o, lse = torch.empty_like(want[0]), torch.empty_like(want[1])
-    args = (inp["q"], inp["comp_cache"], comp, inp["topk_idx"], inp["win_cache"], win, inp["window_idx"])
-    kw = dict(page_size=inp["page_size"], sm_scale=inp["sm_scale"], attn_sink=inp["attn_sink"], config=cfg,
-              win_page_size=inp["win_page_size"], out=(o, lse))
-    want = decode(*args, **kw)
-    want = (want[0].clone(), want[1].clone())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        decode(*args, **kw)
-    for _ in range(3):
-        o.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
+    _replays_bit_for_bit(comp, win, inp, cluster.replace(NUM_SPLITS=4))
