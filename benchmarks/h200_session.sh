@@ -191,22 +191,22 @@ for phase in "$@"; do
   cluster)  # the 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc): its GPU test (bit for bit the split's),
     # then both of issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the split, all with Triton's ptxas and
     # again with the newer one carried in (.ptxas/: ptxas 12.8 serializes the cluster build's wgmmas, C7518)
+    # (each run's ptxas through env, so nothing leaks into the phases after this one)
     for px in ${CLUSTER_PTXAS:-ptxas13 triton}; do
-      if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
-      else unset TRITON_PTXAS_PATH; export KVTUNE_CACHE_DIR=/tmp/kvc; fi
-      timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+      if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; px_env=(TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13)
+      else px_env=(-u TRITON_PTXAS_PATH KVTUNE_CACHE_DIR=/tmp/kvc); fi
+      env "${px_env[@]}" timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
         -k "cluster_build_matches" >"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log" 2>&1
       rc=$?
       echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log"
       [ $rc = 124 ] && { echo "cluster: the GPU test timed out (a hang?); nothing timed"; break; }
       hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
       mkdir -p "$OUT/results/cluster_$px"
-      timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
+      env "${px_env[@]}" timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 \
         --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
         --only "2-CTA cluster" --out "$OUT/results/cluster_$px" >"$OUT/bench_decode_cluster_$px.log" 2>&1
       echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_cluster_$px.log"
     done
-    unset TRITON_PTXAS_PATH; export KVTUNE_CACHE_DIR=/tmp/kvc
     ;;
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
@@ -241,8 +241,8 @@ for phase in "$@"; do
     ;;
   timeline-cluster)  # what binds the cluster build (MMA=wgmma_hmpvc) beside the split it pairs, from inside: 128 heads,
     # T = 64, both pairs, PREFETCH 0 and 1; with the carried-in ptxas (.ptxas/) when there is one
-    p13=$(ptxas13) && export TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --build wgmma_hmpv --build wgmma_hmpvc \
+    px_env=(); p13=$(ptxas13) && px_env=(TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13)
+    env "${px_env[@]}" timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --build wgmma_hmpv --build wgmma_hmpvc \
       --heads 128 --t "${TIMELINE_T:-64}" --out "$OUT/results" >"$OUT/decode_timeline_cluster.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline_cluster.log"
     ;;
