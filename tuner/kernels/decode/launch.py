@@ -415,12 +415,13 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
     mod = cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
-    kernel = {"wgmma": mod.decode_wgmma_kernel, "wgmma_hm": mod.decode_wgmma_hm_kernel,
-              "wgmma_ws": mod.decode_wgmma_ws_kernel, "wgmma_hmws": mod.decode_wgmma_hmws_kernel,
-              "wgmma_hmpv": mod.decode_wgmma_hmpv_kernel, "wgmma_hmpvs": mod.decode_wgmma_hmpv_kernel,
-              "wgmma_wss": mod.decode_wgmma_ws_kernel, "wgmma_hmpvc": mod.decode_wgmma_hmpv_kernel}[cfg["MMA"]]
-    # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's.
-    takes_share = kernel in (mod.decode_wgmma_hmpv_kernel, mod.decode_wgmma_ws_kernel)
+    name = {"wgmma": "wgmma", "wgmma_hm": "wgmma_hm", "wgmma_ws": "wgmma_ws", "wgmma_hmws": "wgmma_hmws",
+            "wgmma_hmpv": "wgmma_hmpv", "wgmma_hmpvs": "wgmma_hmpv", "wgmma_wss": "wgmma_ws",
+            "wgmma_hmpvc": "wgmma_hmpv"}[cfg["MMA"]]
+    kernel = getattr(mod, f"decode_{name}_kernel")
+    # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's
+    # (by name: a trace build's wrapped kernels are not the module's objects).
+    takes_share = name in ("wgmma_hmpv", "wgmma_ws")
     share = cfg["MMA"] in WGMMA_SHARE_MMAS and groups > 1
     ws, cnt, rdy = shared_tiles(n_tok * parts * per, groups, q.device) if share else (None, None, None)
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
