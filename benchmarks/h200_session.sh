@@ -336,6 +336,16 @@ for phase in "$@"; do
 done
 echo "call took $(( $(date +%s) - t0 )) s"
 tail -n 3 "$OUT"/*.log
+# Results are named for the H200 (issue records are the H200's); a call the tool ran on another card (it may
+# give an H100 for nvidia-h200) renames them for that card (h100, ...), so no file claims the wrong one.
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$card" in *H200*) tag=h200 ;; *H100*) tag=h100 ;; *) tag=$(echo "${card:-unknown}" | tr -cs 'A-Za-z0-9' '_' | tr 'A-Z' 'a-z') ;; esac
+if [ "$tag" != h200 ]; then
+  find "$OUT/results" -depth -name '*_h200*' | while read -r f; do
+    b=$(basename "$f"); mv "$f" "$(dirname "$f")/${b//_h200/_$tag}"
+  done
+  echo "results renamed for this card: _h200 -> _$tag ($card)"
+fi
 # The device tool brings back at most 8 files: results and tables travel as one archive
 # (here: tar xzf out.tgz, then copy tables/*.json into benchmarks/tables/).
 tar czf "$OUT/out.tgz" -C "$OUT" results tables && rm -rf "$OUT/results" "$OUT/tables"
