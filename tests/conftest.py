@@ -32,3 +32,25 @@ def device() -> str:
 def _kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     # Rendered modules go to a per-run directory, so a test run never depends on an old cache.
     os.environ.setdefault("KVTUNE_CACHE_DIR", str(tmp_path_factory.mktemp("kvtune-cache")))
+
+
+# Tests that take 20-100 s each on the 2-core CI machine (cross-compile tables, interpreter prefill,
+# the README's cluster job, the demo, the database chaos and swarm runs). pytest-xdist's worksteal
+# hands each worker a contiguous half of the collection and steals from the back of a queue, so
+# these go to the front of both halves: each worker starts on its share of them and both queues end
+# in short tests, instead of one worker finishing a 90 s test while the other idles (~2 min of the
+# suite's wall time, 2026-12-06).
+LONG_TESTS = ("xcompile_table_matches_the_issue", "readme_cluster_section", "kvtune_demo_tunes",
+              "drops_every_connection", "logits_matches_reference[prefill", "mxfp4_query_logits_matches_reference",
+              "eight_workers_two_hundred_jobs", "apart_split_plan", "list_lengths_bound", "killed_mid_trial",
+              "survives_its_connections_being_terminated", "sigkill_of_a_participant")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long = [it for it in items if any(s in it.nodeid for s in LONG_TESTS)]
+    if not long:
+        return
+    short = [it for it in items if not any(s in it.nodeid for s in LONG_TESTS)]
+    first = long[0::2]
+    half = max(0, len(items) // 2 - len(first))  # the first worker's share: len(items) // 2 items
+    items[:] = first + short[:half] + long[1::2] + short[half:]
