@@ -415,9 +415,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
     mod = cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
-    name = {"wgmma": "wgmma", "wgmma_hm": "wgmma_hm", "wgmma_ws": "wgmma_ws", "wgmma_hmws": "wgmma_hmws",
-            "wgmma_hmpv": "wgmma_hmpv", "wgmma_hmpvs": "wgmma_hmpv", "wgmma_wss": "wgmma_ws",
-            "wgmma_hmpvc": "wgmma_hmpv"}[cfg["MMA"]]
+    # The builds that run another build's kernel (shared tiles, the 2-CTA cluster's render of it).
+    name = {"wgmma_hmpvs": "wgmma_hmpv", "wgmma_wss": "wgmma_ws", "wgmma_hmpvc": "wgmma_hmpv"}.get(cfg["MMA"], cfg["MMA"])
     kernel = getattr(mod, f"decode_{name}_kernel")
     # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's
     # (by name: a trace build's wrapped kernels are not the module's objects).
