@@ -13,6 +13,7 @@
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs / wgmma_wss (tiles shared by head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
+#   AB_PATCH=cluster_arrive_first.patch bash benchmarks/h200_session.sh ab-cluster   # a cluster-build patch A/B'd (one a call)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -61,7 +62,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|ab-cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -172,6 +173,23 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "sm90 and fp8_584 and (heads_on_m or shared_tile)" >"$OUT/results/pytest_decode_tail_t2_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_tail_t2_gpu_h200.log"
+    ;;
+  ab-cluster)  # A/B in one call (a call of its own: the copy stays patched): the cluster build (MMA=wgmma_hmpvc)
+    # with benchmarks/patches/$AB_PATCH (default cluster_wait_once.patch: the producer waits for the start's cluster
+    # phase once, before its first list, not in its loops: 0 bytes of spills against 12-68 with ptxas 13.5;
+    # cluster_arrive_first.patch: that, and each producer tells its peer before it issues the tile's loads, in case
+    # the release arrival waits for them), ptxas 13.5 carried in; 128 heads, both pairs, T = 64, 8, 1, beside the
+    # split; then the cluster build's GPU test on the patched tree (bit for bit the split's)
+    p13=$(ptxas13) || { echo "ab-cluster: no .ptxas/ptxas-*.gz carried in: not run"; continue; }
+    abp=${AB_PATCH:-cluster_wait_once.patch}
+    ab_patch "$abp"
+    env TRITON_PTXAS_PATH=$p13 BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
+      python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
+      --only "=heads on M QK/PV split, splits auto, L2 prefetch" --only "2-CTA cluster" >"$OUT/ab_cluster.log" 2>&1
+    env TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13 timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST \
+      tests/tuner/test_decode.py -p no:cacheprovider -rA -k "cluster_build_matches" \
+      >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
     ;;
   cluster-probe)  # the 2-CTA cluster path a 128-head build would take (benchmarks/cluster_probe.py): a DSMEM store and
     # the half-tile hand-over (cp.async.bulk into the peer, its mbarrier's bytes) read back on the GPU; seconds
