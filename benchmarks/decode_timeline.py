@@ -109,22 +109,26 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _trace_offsets(pair: tuple[str, str]) -> dict[str, dict[str, int]]:
+    """Where the cluster trace build places its buffers (its probes move the barriers, so not the
+    catalog's offsets): two CPU compiles, once a pair for all of its runs."""
+    from catalog.formats import get_format
+    from tuner.kernels.decode.cluster import ZERO_OFFSETS, placed_offsets
+    from tuner.kernels.decode.xcompile import cluster_case
+
+    cf, wf = get_format(pair[0]), get_format(pair[1])
+    return {k: placed_offsets(cluster_case(cf, wf, k == "split", offsets=ZERO_OFFSETS, trace=True))
+            for k in ("whole", "split")}
+
+
 def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False) -> Any:
     """The trace build's module (`cluster`: the cluster build's), its kernels (TRACED) called with
     trace_ptr=buf."""
     from catalog.families.decode import render_wgmma
     from templates import render as R
 
-    offsets = None
-    if cluster:  # the probes move the barriers: the trace build's own placement (two CPU compiles)
-        from catalog.formats import get_format
-        from tuner.kernels.decode.cluster import ZERO_OFFSETS, placed_offsets
-        from tuner.kernels.decode.xcompile import cluster_case
-
-        cf, wf = get_format(pair[0]), get_format(pair[1])
-        offsets = {k: placed_offsets(cluster_case(cf, wf, k == "split", offsets=ZERO_OFFSETS, trace=True))
-                   for k in ("whole", "split")}
-    mod = R.load(render_wgmma(*pair, trace=True, cluster=cluster, offsets=offsets))
+    mod = R.load(render_wgmma(*pair, trace=True, cluster=cluster, offsets=_trace_offsets(pair) if cluster else None))
 
     class Bound:
         def __init__(self, kernel: Any) -> None:
@@ -226,7 +230,7 @@ def static() -> int:
     from tuner.compile import _request, compile_with_stats
 
     from catalog.formats import get_format
-    from tuner.kernels.decode.xcompile import cluster_case
+    from tuner.kernels.decode.xcompile import CLUSTER_KERNEL, cluster_case
 
     for pair in (("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")):
         for name, heads, warps in TRACED:
@@ -234,7 +238,7 @@ def static() -> int:
             print(json.dumps({"pair": "+".join(pair), "kernel": name, **stats}))
         case = cluster_case(get_format(pair[0]), get_format(pair[1]), split=True, prefetch=False, trace=True)
         _, stats = compile_with_stats(_request(case, "sm_90"))
-        print(json.dumps({"pair": "+".join(pair), "kernel": name + " (2-CTA cluster)", **stats}))
+        print(json.dumps({"pair": "+".join(pair), "kernel": CLUSTER_KERNEL + " (2-CTA cluster)", **stats}))
     return 0
 
 

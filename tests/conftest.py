@@ -47,10 +47,12 @@ LONG_TESTS = ("xcompile_table_matches_the_issue", "readme_cluster_section", "kvt
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    long = [it for it in items if any(s in it.nodeid for s in LONG_TESTS)]
+    long: list[pytest.Item] = []
+    short: list[pytest.Item] = []
+    for it in items:
+        (long if any(s in it.nodeid for s in LONG_TESTS) else short).append(it)
     if not long:
         return
-    short = [it for it in items if not any(s in it.nodeid for s in LONG_TESTS)]
     first = long[0::2]
     half = max(0, len(items) // 2 - len(first))  # the first worker's share: len(items) // 2 items
     items[:] = first + short[:half] + long[1::2] + short[half:]
