@@ -13,7 +13,7 @@
 #   bash benchmarks/h200_session.sh timeline         # what binds the wgmma builds, from inside (decode_timeline.py)
 #   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs / wgmma_wss (tiles shared by head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
-#   AB_PATCH=cluster_wait_once.patch bash benchmarks/h200_session.sh ab-cluster   # a cluster-build patch A/B'd (one a call)
+#   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-cluster      # a cluster-build patch A/B'd (one a call)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -175,15 +175,11 @@ for phase in "$@"; do
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_tail_t2_gpu_h200.log"
     ;;
   ab-cluster)  # A/B in one call (a call of its own: the copy stays patched): the cluster build (MMA=wgmma_hmpvc)
-    # with benchmarks/patches/$AB_PATCH, ptxas 13.5 carried in: cluster_arrive_cta.patch (the default) has each
-    # producer tell its peer (the remote pfree arrival) right after its empty wait, before it issues the tile's loads,
-    # with mbarrier.arrive's default semantics (release at CTA scope, CUTLASS's remote arrive): `.release.cluster`
-    # compiles to MEMBAR.ALL.GPU, which waits for the loads in flight, and ptxas scheduled uses of the loads ahead of
-    # the arrival; and the producer waits for the start's cluster phase once, before its first list (0 bytes of
-    # spills against 12-68). cluster_wait_once.patch: that last change alone. 128 heads, both pairs, T = 64, 8, 1,
-    # beside the split; then the cluster build's GPU test on the patched tree (bit for bit the split's)
+    # with benchmarks/patches/$AB_PATCH, ptxas 13.5 carried in; 128 heads, both pairs, T = 64, 8, 1, beside the
+    # split; then the cluster build's GPU test on the patched tree (bit for bit the split's). (Its first patch, the
+    # remote pfree arrival before the tile's loads, landed 2026-12-06: results/cluster/README.md.)
     p13=$(ptxas13) || { echo "ab-cluster: no .ptxas/ptxas-*.gz carried in: not run"; continue; }
-    abp=${AB_PATCH:-cluster_arrive_cta.patch}
+    abp=${AB_PATCH:?ab-cluster: name the patch (AB_PATCH=NAME.patch)}
     ab_patch "$abp"
     env TRITON_PTXAS_PATH=$p13 BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
       python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
@@ -364,7 +360,7 @@ tail -n 3 "$OUT"/*.log
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$card" in *H200*) tag=h200 ;; *H100*) tag=h100 ;; *) tag=$(echo "${card:-unknown}" | tr -cs 'A-Za-z0-9' '_' | tr 'A-Z' 'a-z') ;; esac
 if [ "$tag" != h200 ]; then
-  find "$OUT/results" -depth -name '*_h200*' | while read -r f; do
+  find "$OUT" -depth -name '*_h200*' | while read -r f; do  # results/ and ab.sh's base/, head/
     b=$(basename "$f"); mv "$f" "$(dirname "$f")/${b//_h200/_$tag}"
   done
   echo "results renamed for this card: _h200 -> _$tag ($card)"
