@@ -8,7 +8,7 @@ trace_ptr), summarised per build as medians over programs and tiles:
   buffer (warp-specialised builds: the consumer's MMAs of two tiles before), its conversion
   (dequantize, store, hand over; in the heads-on-M warp-specialised builds this includes the
   loads' landing); in the builds without a producer (wgmma, wgmma_hm) the same steps in line;
-- the cluster build (wgmma_hmpvc): its producer's wait for the peer's word (pfree) between its empty
+- the cluster build (wgmma_hmpvc): its producer's wait for the peer's consumers' word (pfree) between its empty
   wait and its conversion (then half a tile, and the bulk copy's issue);
 - consumer (wgmma_hmpv: its QK warpgroup): its wait for a ready K buffer, its compute (MMAs,
   softmax); wgmma_hmpv's PV warpgroup: its tile from P ready to its arrive;
