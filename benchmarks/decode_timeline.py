@@ -41,6 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Event numbers of the trace build's probes (templates/decode_wgmma.py.j2, _stamp): per tile.
 P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE, P_PEER = range(10)
+# The heads-on-M split's (and the cluster build's) prologue parts, once a program: its producer's start
+# and its first list's start (after the cluster's start phase) as events 10 and 11 of tile 0, its QK
+# warpgroup's start and its query in shared memory as events 10 and 11 of tile 1.
+S_IN, S_READY = 10, 11
 TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* constants
 
 # (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
@@ -55,7 +59,9 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     not stamped), `n_tiles[program]` the tiles the program walked (at most TRACE_TILES are kept).
     A program's clock is its cycles over its ns from start to end; phases it has no stamps for
     (a build without that partition) are left out."""
-    phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer data wait", "producer empty wait",
+    phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer start", "producer cluster wait",
+                                                      "producer first slots", "qk start", "query",
+                                                      "producer data wait", "producer empty wait",
                                                       "producer peer wait", "producer conversion", "consumer ready wait",
                                                       "consumer compute", "pv tile", "first tile", "tile period",
                                                       "program", "epilogue")}
@@ -90,6 +96,13 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                     phases[name].append(v)
         if rows[0][P_TOP]:
             phases["prologue"].append((rows[0][P_TOP] - start[0]) * us)
+        if prog[0][S_IN] and prog[0][S_READY] and rows[0][P_TOP]:
+            phases["producer start"].append((prog[0][S_IN] - start[0]) * us)
+            phases["producer cluster wait"].append((prog[0][S_READY] - prog[0][S_IN]) * us)
+            phases["producer first slots"].append((rows[0][P_TOP] - prog[0][S_READY]) * us)
+        if prog[1][S_IN] and prog[1][S_READY]:
+            phases["qk start"].append((prog[1][S_IN] - start[0]) * us)
+            phases["query"].append((prog[1][S_READY] - prog[1][S_IN]) * us)
         done = [r[C_DONE] for r in rows if r[C_DONE]]
         if done:  # start to the first tile attended: the prologue and one whole tile's chain
             phases["first tile"].append((done[0] - start[0]) * us)
@@ -283,7 +296,8 @@ def main() -> int:
     # One pair a call names its files after it (no '+': the device's file transfer refuses it).
     stem = "decode_timeline" + ("_" + "_".join(pairs[0]) if len(pairs) == 1 else "") + "_h200"
     (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
-    cols = ["prologue", "producer data wait", "producer empty wait", "producer peer wait", "producer conversion",
+    cols = ["prologue", "producer start", "producer cluster wait", "producer first slots", "qk start", "query",
+            "producer data wait", "producer empty wait", "producer peer wait", "producer conversion",
             "consumer ready wait",
             "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
             "start spread", "launch span", "clock GHz"]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE, P_LANDED, P_TOP, PV_DONE, PV_READY,
-                                        TRACE_EVENTS, TRACE_START, TRACE_TILES, TRACED, summarise)
+                                        S_IN, S_READY, TRACE_EVENTS, TRACE_START, TRACE_TILES, TRACED, summarise)
 from catalog.families.decode import render_wgmma
 
 
@@ -56,6 +56,16 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     # The QK / PV split's PV warpgroup; a tile past TRACE_TILES is not read.
     pv = _program(1.0, [{PV_READY: 100 * i, PV_DONE: 100 * i + 40} for i in range(1, 4)])
     assert summarise([pv], [TRACE_TILES + 5])["pv tile"] == 0.04
+    # The prologue's parts (the split's and the cluster build's, events S_IN / S_READY of tiles 0 and
+    # 1): the producer starts 0.1 us in, waits 0.6 for the cluster's start phase and 0.3 for its first
+    # slots; the QK warpgroup starts 0.05 in and has the query in shared memory 1.2 later.
+    parts = _program(2.0, [{S_IN: 200, S_READY: 1400, P_TOP: 2000, C_WAIT: 2100, C_READY: 2200, C_DONE: 2400},
+                           {S_IN: 100, S_READY: 2500}])
+    got = summarise([parts], [1])
+    assert (got["prologue"], got["producer start"], got["producer cluster wait"]) == (1.0, 0.1, 0.6)
+    assert (got["producer first slots"], got["qk start"], got["query"]) == (0.3, 0.05, 1.2)
+    # A build that stamps none of them leaves them out.
+    assert "query" not in summarise(progs, [3, 3, 0]) and "producer start" not in summarise(progs, [3, 3, 0])
 
 
 def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90() -> None:
