@@ -1,7 +1,9 @@
 """An A/B of `benchmarks/ab.sh` as one table: each row's time in the base tree and in the head tree
 of one device call, and their ratio (head / base). Reads the two sides' result files (`--out` of the
 benchmark: `$OUT/base/<stem>.json` and `$OUT/head/<stem>.json`, rows keyed by every field but the
-time) and writes `results/<name>.md` and `.json` with the head side's provenance.
+time) and writes `results/<name>.md` and `.json` with the head side's provenance. With ab.sh's
+AB_ORDER=abba (base, head, head2, base2) each side's time is the mean of its two runs, and the four
+runs are listed in the order they ran.
 
     python benchmarks/ab_table.py /path/to/out decode_hmpv_store_ab_h200 \\
         --title "A/B: ..." --intro "One device call, ... (kept)"     # after unpacking the call's files
@@ -27,34 +29,50 @@ def _key(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((k, str(v)) for k, v in row.items() if k not in (TIME, "error"))
 
 
-def ab_rows(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, Any]]:
+def _mean(times: list[float | None]) -> float | None:
+    # to the ns: a mean's float noise is not a difference
+    return round(sum(times) / len(times), 3) if times and all(times) else None  # type: ignore[arg-type]
+
+
+def ab_rows(base: dict[str, Any], head: dict[str, Any], head2: dict[str, Any] | None = None,
+            base2: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The rows both sides timed, in the base side's order: the base row's fields, then `base us`,
-    `head us` and `ratio` (head / base). A row either side failed (no time) keeps its error."""
-    heads = {_key(r): r for r in _rows(head)}
+    `head us` and `ratio` (head / base). With the second runs (ab.sh's abba order) a side's time is
+    the mean of its two, and `runs` lists base, head, head2, base2 as they ran. A row either side
+    failed (no time) keeps its error."""
+    others = [{_key(r): r for r in _rows(doc)} for doc in (head, head2, base2) if doc is not None]
     out = []
     for b in _rows(base):
-        h = heads.get(_key(b))
-        if h is None:
+        match = [o.get(_key(b)) for o in others]
+        if any(m is None for m in match):
             continue
+        runs = [b, *match]  # base, head[, head2, base2]
         row = {k: v for k, v in b.items() if k not in (TIME, "error")}
-        bt, ht = b.get(TIME), h.get(TIME)
-        row.update({"base us": bt, "head us": ht,
-                    "ratio": round(ht / bt, 3) if bt and ht else None,
-                    "error": b.get("error") or h.get("error")})
+        times = [r.get(TIME) for r in runs]
+        bt = _mean([times[0]] + times[3:])
+        ht = _mean(times[1:3])
+        row.update({"base us": bt, "head us": ht, "ratio": round(ht / bt, 3) if bt and ht else None,
+                    "error": next((r["error"] for r in runs if r.get("error")), None)})
+        if len(runs) == 4:
+            row["runs"] = " / ".join(f"{t:.2f}" if t else "-" for t in times)
         out.append(row)
     return out
 
 
 def markdown(rows: list[dict[str, Any]], prov: dict[str, Any], title: str, intro: str) -> str:
-    fields = [k for k in rows[0] if k not in ("base us", "head us", "ratio", "error")] if rows else []
+    times = ("base us", "head us", "ratio", "runs", "error")
+    fields = [k for k in rows[0] if k not in times] if rows else []
+    abba = bool(rows) and "runs" in rows[0]
+    extra = ["runs (base / head / head2 / base2)"] if abba else []
     lines = [f"# {title}", "",
              f"{prov.get('gpu')}, torch {prov.get('torch')}, triton {prov.get('triton')}, CUDA {prov.get('cuda')}, "
              f"{prov.get('date')} (device clock). {intro}".rstrip(), "",
-             "| " + " | ".join(fields + ["base us", "head us", "ratio"]) + " |",
-             "|---" * (len(fields) + 3) + "|"]
+             "| " + " | ".join(fields + ["base us", "head us", "ratio"] + extra) + " |",
+             "|---" * (len(fields) + 3 + len(extra)) + "|"]
     for r in rows:
         t = [f"{r[k]:.2f}" if isinstance(r[k], float) else (r["error"] or "-") for k in ("base us", "head us")]
-        lines.append("| " + " | ".join([str(r[k]) for k in fields] + t + [str(r["ratio"] or "-")]) + " |")
+        lines.append("| " + " | ".join([str(r[k]) for k in fields] + t + [str(r["ratio"] or "-")]
+                                       + ([r["runs"]] if abba else [])) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -67,9 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--intro", default="")
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args(argv)
-    base = json.loads((Path(args.out) / "base" / f"{args.stem}.json").read_text())
-    head = json.loads((Path(args.out) / "head" / f"{args.stem}.json").read_text())
-    rows = ab_rows(base, head)
+    sides = {}
+    for side in ("base", "head", "head2", "base2"):
+        f = Path(args.out) / side / f"{args.stem}.json"
+        sides[side] = json.loads(f.read_text()) if f.exists() else None
+    if sides["base"] is None or sides["head"] is None:
+        print(f"no base/ or head/ {args.stem}.json under {args.out}", file=sys.stderr)
+        return 1
+    if (sides["head2"] is None) != (sides["base2"] is None):
+        print("one of head2/ and base2/ without the other: an abba call cut short", file=sys.stderr)
+        return 1
+    base, head = sides["base"], sides["head"]
+    rows = ab_rows(base, head, sides["head2"], sides["base2"])
     if not rows:
         print("no row was timed on both sides", file=sys.stderr)
         return 1

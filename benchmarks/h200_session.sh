@@ -366,5 +366,10 @@ if [ "$tag" != h200 ]; then
   echo "results renamed for this card: _h200 -> _$tag ($card)"
 fi
 # The device tool brings back at most 8 files: results and tables travel as one archive
-# (here: tar xzf out.tgz, then copy tables/*.json into benchmarks/tables/).
+# (here: tar xzf out.tgz, then copy tables/*.json into benchmarks/tables/), an A/B's sides too
+# (results/ab/: base, head, head2, base2 and their logs; `python benchmarks/ab_table.py results/ab NAME ...`).
+for side in base head head2 base2; do
+  [ -d "$OUT/$side" ] || continue
+  mkdir -p "$OUT/results/ab" && mv "$OUT/$side" "$OUT/results/ab/" && mv "$OUT/$side.log" "$OUT/results/ab/" 2>/dev/null
+done
 tar czf "$OUT/out.tgz" -C "$OUT" results tables && rm -rf "$OUT/results" "$OUT/tables"

@@ -37,3 +37,27 @@ def test_main_writes_the_table_from_the_calls_files(tmp_path: Path) -> None:
     assert json.loads((res / "ab_demo.json").read_text())["rows"][0]["ratio"] == 0.812
     (tmp_path / "head" / "decode_hm_h200.json").write_text(json.dumps({"provenance": PROV, "rows": []}))
     assert main([str(tmp_path), "ab_none", "--title", "t", "--results", str(res)]) == 1  # nothing timed twice
+
+
+def test_abba_runs_average_each_side_and_cancel_a_drift(tmp_path: Path) -> None:
+    # ab.sh's abba order: base, head, head2, base2. Both trees time the same 40 us kernel while the
+    # GPU drifts 0.4 us faster a run: one base-then-head pass reads a 1% gain that is not there, the
+    # two runs a side read none. A second row the head really speeds up by 4 us.
+    runs = {"base": (40.0, 50.0), "head": (39.6, 45.6), "head2": (39.2, 45.2), "base2": (38.8, 48.8)}
+    for side, (same, faster) in runs.items():
+        (tmp_path / side).mkdir()
+        rows = [_row(64, 64, same), _row(128, 64, faster)]
+        (tmp_path / side / "decode_hm_h200.json").write_text(json.dumps({"provenance": PROV, "rows": rows}))
+    docs = {s: json.loads((tmp_path / s / "decode_hm_h200.json").read_text()) for s in runs}
+    assert ab_rows(docs["base"], docs["head"])[0]["ratio"] == 0.99  # the drift, read as a gain
+    got = ab_rows(docs["base"], docs["head"], docs["head2"], docs["base2"])
+    assert [(r["base us"], r["head us"], r["ratio"]) for r in got] == [(39.4, 39.4, 1.0), (49.4, 45.4, 0.919)]
+    assert got[0]["runs"] == "40.00 / 39.60 / 39.20 / 38.80"
+    res = tmp_path / "results"
+    assert main([str(tmp_path), "ab_abba", "--title", "t", "--results", str(res)]) == 0
+    md = (res / "ab_abba.md").read_text()
+    assert "runs (base / head / head2 / base2) |" in md
+    assert "| fp8_584+fp8_584 | 128 | 64 | QK/PV split | 49.40 | 45.40 | 0.919 | 50.00 / 45.60 / 45.20 / 48.80 |" in md
+    # A call cut short after head2: one second run without the other is refused, not half-averaged.
+    (tmp_path / "base2" / "decode_hm_h200.json").unlink()
+    assert main([str(tmp_path), "ab_cut", "--title", "t", "--results", str(res)]) == 1
