@@ -176,8 +176,10 @@ for phase in "$@"; do
     ;;
   ab-cluster)  # A/B in one call (a call of its own: the copy stays patched): the cluster build (MMA=wgmma_hmpvc)
     # with benchmarks/patches/$AB_PATCH, ptxas 13.5 carried in; 128 heads, both pairs, T = 64, 8, 1, beside the
-    # split; then the cluster build's GPU test on the patched tree (bit for bit the split's). (Its first patch, the
-    # remote pfree arrival before the tile's loads, landed 2026-12-06: results/cluster/README.md.)
+    # split; then the cluster build's GPU test on the patched tree (bit for bit the split's; AB_K: pytest -k of other
+    # tests of test_decode.py to run there too, e.g. "cluster_build_matches or (heads_on_m_matches and hmpv)" for a
+    # patch of the split itself). (Its first patch, the remote pfree arrival before the tile's loads, landed
+    # 2026-12-06: results/cluster/README.md.)
     p13=$(ptxas13) || { echo "ab-cluster: no .ptxas/ptxas-*.gz carried in: not run"; continue; }
     abp=${AB_PATCH:?ab-cluster: name the patch (AB_PATCH=NAME.patch)}
     ab_patch "$abp"
@@ -185,7 +187,7 @@ for phase in "$@"; do
       python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
       --only "=heads on M QK/PV split, splits auto, L2 prefetch" --only "2-CTA cluster" >"$OUT/ab_cluster.log" 2>&1
     env TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13 timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST \
-      tests/tuner/test_decode.py -p no:cacheprovider -rA -k "cluster_build_matches" \
+      tests/tuner/test_decode.py -p no:cacheprovider -rA -k "${AB_K:-cluster_build_matches}" \
       >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
     ;;
