@@ -33,6 +33,9 @@ def cand(mode: str, delay: int = 0, seed: int = 0) -> Candidate:
 @pytest.fixture(scope="module")
 def runner():
     with BenchRunner("interp", trial_timeout_s=HANG_TIMEOUT_S) as r:
+        # The child up before any test reads its pid or start count: a runner starts it at its first
+        # evaluate, and under xdist any of this module's tests can be a worker's first.
+        assert r.evaluate(cand("ok", 1)).status is TrialStatus.OK and r.starts == 1
         yield r
 
 
