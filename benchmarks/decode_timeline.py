@@ -135,9 +135,9 @@ def _trace_offsets(pair: tuple[str, str]) -> dict[str, dict[str, int]]:
             for k in ("whole", "split")}
 
 
-def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False) -> Any:
+def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False, launched: list[Any] | None = None) -> Any:
     """The trace build's module (`cluster`: the cluster build's), its kernels (TRACED) called with
-    trace_ptr=buf."""
+    trace_ptr=buf; each launch's compiled kernel appended to `launched`."""
     from catalog.families.decode import render_wgmma
     from templates import render as R
 
@@ -148,7 +148,12 @@ def _traced_module(pair: tuple[str, str], buf: Any, cluster: bool = False) -> An
             self.kernel = kernel
 
         def __getitem__(self, grid: Any) -> Any:
-            return lambda *a, **kw: self.kernel[grid](*a, trace_ptr=buf, **kw)
+            def launch(*a: Any, **kw: Any) -> Any:
+                compiled = self.kernel[grid](*a, trace_ptr=buf, **kw)
+                if launched is not None:
+                    launched.append(compiled)
+                return compiled
+            return launch
 
         def warmup(self, *a: Any, **kw: Any) -> Any:  # the cluster launcher's offsets check
             return self.kernel.warmup(*a, trace_ptr=buf, **kw)
@@ -191,7 +196,8 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
     parts, per = launch.wgmma_plan(cfg, t, shape.topk, shape.window, torch.device("cuda"), groups)
     buf = torch.zeros(t * parts * groups * TRACE_TILES * TRACE_EVENTS, dtype=torch.int64, device="cuda")
     real, real_cluster = launch._wgmma_module, launch.cluster_module
-    traced = _traced_module(pair, buf, cluster=build in WGMMA_CLUSTER_MMAS)
+    launched: list[Any] = []
+    traced = _traced_module(pair, buf, cluster=build in WGMMA_CLUSTER_MMAS, launched=launched)
     launch._wgmma_module = launch.cluster_module = lambda comp, win: traced
     try:
         def call(s: dict[str, Any]) -> Any:
@@ -212,7 +218,16 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
     walked = [max(0, min(per, n_tiles - ((p // groups) % parts) * per)) for p in range(len(trace))]
     return {"pair": "+".join(pair), "build": build, "PREFETCH": prefetch, "H": heads, "T": t,
             "records": "L2" if resident else "DRAM", "splits": parts,
-            "tiles a program": per, "error": bad, **summarise(trace, walked)}
+            "tiles a program": per, "error": bad, "trace spills": trace_spills(launched), **summarise(trace, walked)}
+
+
+def trace_spills(launched: Sequence[Any]) -> int | None:
+    """The largest spill (bytes) of the traced kernels a run launched (Triton's compiled kernels'
+    n_spills): the probes' registers can make one build's trace spill where another's does not
+    (2026-12-06: the split's fp8_584 trace build 108-136 bytes, the cluster's 0), which a comparison
+    of builds by their timelines would credit to the build."""
+    got = [getattr(k, "n_spills", None) for k in launched]
+    return max((g for g in got if g is not None), default=None)
 
 
 # The traced kernels: (name, heads a program, num_warps).
@@ -300,7 +315,7 @@ def main() -> int:
             "producer data wait", "producer empty wait", "producer peer wait", "producer conversion",
             "consumer ready wait",
             "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
-            "start spread", "launch span", "clock GHz"]
+            "start spread", "launch span", "clock GHz", "trace spills"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
              "top-k 512, window 128, page 64; records from DRAM unless a row says L2; one traced launch a row "
@@ -310,7 +325,9 @@ def main() -> int:
              "mask); else the landing falls in their conversion. 'first tile': program start to its first tile "
              "attended; 'program': start to the key loop's end; 'epilogue': from there to its last store's issue; "
              "'start spread': first program's start to the last's; 'launch span': first program's start to the last "
-             "program's last store (%globaltimer), the kernel's body without its launch or the merge after it.", "",
+             "program's last store (%globaltimer), the kernel's body without its launch or the merge after it; 'trace "
+             "spills': the traced kernel's spilled bytes (where builds differ in it, weigh them by the benchmark, "
+             "not by these timelines).", "",
              "| pair | build | PREFETCH | H | T | records | splits | " + " | ".join(cols) + " |",
              "|---" * (7 + len(cols)) + "|"]
     for r in rows:

@@ -90,3 +90,30 @@ def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90()
     assert stats["spills"] == 0 and 0 < stats["registers"] <= 255, stats
     assert stats["shared_bytes"] >= 225344, stats  # wgmma_ws_shared_bytes of the pair
 
+
+
+def test_a_run_records_the_traced_kernels_spills() -> None:
+    # The trace build's kernels, launched through its module, hand back Triton's compiled kernels;
+    # a run keeps them and reports the largest spill (none where no launch said).
+    from types import SimpleNamespace
+
+    from benchmarks.decode_timeline import _traced_module, trace_spills
+
+    launched: list = []
+    mod = _traced_module(("nvfp4_288", "fp8_528"), buf="the trace buffer", launched=launched)
+    bound = mod.decode_wgmma_hmpv_kernel
+    calls = []
+
+    class FakeKernel:  # a JIT function's launch: kernel[grid](*args, **kwargs) -> compiled kernel
+        def __getitem__(self, grid):
+            def go(*a, **kw):
+                calls.append((grid, a, kw))
+                return SimpleNamespace(n_spills=108 if kw.get("SPLIT") else 20)
+            return go
+
+    bound.kernel = FakeKernel()
+    bound[(64, 1, 2)](1, 2, SPLIT=True)
+    bound[(64, 1, 2)](3, SPLIT=False)
+    assert calls[0] == ((64, 1, 2), (1, 2), {"SPLIT": True, "trace_ptr": "the trace buffer"})
+    assert trace_spills(launched) == 108
+    assert trace_spills([]) is None and trace_spills([SimpleNamespace()]) is None
