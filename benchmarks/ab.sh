@@ -11,7 +11,7 @@
 # to $OUT/<side>.log; the lines with a time ("us,") of both logs are printed at the end.
 # AB_ORDER=abba (the default) times base, head, head again (head2), base again (base2): a call's
 # second half ran 0.5-1.5% faster than its first for a build both trees share (H100, 2026-12-06,
-# results/cluster/ab_relaxed_start_*), so one base-then-head pass credits the head with that drift;
+# results/cluster/ab_relaxed_start_h100.md), so one base-then-head pass credits the head with that drift;
 # ab_table.py averages each side's two runs, which cancels a drift linear in time. AB_ORDER=ab: one
 # pass each, half the time.
 set -u
