@@ -1517,17 +1517,21 @@ def _hmpv_qk_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, a_smem, 
         l_i = l_i * alpha + gl.sum(p, axis=1)
         m_i = m_new
         p = p * K_UNIT  # for the PV MMAs only (exact: a power of two); the sums took p itself
+        pb = p.to(gl.bfloat16)
+        # This warpgroup's half of PV takes P from its registers (FlashMLA's TiledMMA_PV_LocalP: S's
+        # accumulator layout is the A operand's), issued before P goes to shared memory for the PV
+        # warpgroup, so its MMAs do not wait for the P buffer, the store and the fence.
+        a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
+        pr = gl.convert_layout(pb, gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2))
+        o0 = warpgroup_mma(pr, kv_smem.index(kz), o0 * a_o, is_async=True)
+        o1 = warpgroup_mma(pr, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
         mbarrier.wait(p_free.index(u), ((i >> 1) & 1) ^ 1)  # the PV warpgroup is done with P buffer u
-        p_smem.index(z + u).store(p.to(gl.bfloat16))
+        p_smem.index(z + u).store(pb)
         a_smem.index(u).store(alpha)
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(p_full.index(u))
-        a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
-        pz = p_smem.index(z + u)
-        o0 = warpgroup_mma(pz, kv_smem.index(kz), o0 * a_o, is_async=True)
-        o1 = warpgroup_mma(pz, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
-        o0, o1 = warpgroup_mma_wait(0, deps=(o0, o1))
+        o0, o1 = warpgroup_mma_wait(0, deps=(o0, o1, pr))
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))  # one of the buffer's two readers done
         slot = slot_n
