@@ -128,7 +128,7 @@ def test_l2_resident_builds_sit_beside_flashmla_128_head_figures_for_reading() -
                          "(T=1 11.5 vs 12.0, T=8 15.0 vs 15.3, T=64 28.0 vs 29.5 us): as fast or faster at every T")
     doc["rows"][1]["us"] = 15.4  # the split's T=8; ws's 15.0 still best
     doc["rows"][4]["us"] = 15.4
-    assert resident(doc)[-1].endswith("behind at some T")
+    assert resident(doc)[-1].endswith("behind at T=8")
     r = _run(128, {t: [{"config": _cfg("wgmma", 4), "us": 9.0}] for t in (1, 8, 64)},
              {t: [{"config": _cfg("wgmma", 4), "us": 20.0}] for t in (1, 8, 64)})
     assert "Records L2-resident" in table({128: r}, l2_run=doc) and "Records L2-resident" not in table({128: r})
