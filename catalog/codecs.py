@@ -8,8 +8,11 @@ E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
 # Encoding only (the writers: pack): "swar" rounds bf16 inputs two elements a 32-bit instruction,
 # the halfword bit patterns of a word compared with the scaled thresholds by integer adds that
 # cannot carry across the halves (templates/_codecs.py.j2 `_e2m1_pack2_swar`). Plain integer
-# Triton, so legal wherever `soft` is; fp32 inputs take the soft rounding.
-E2M1_WRITE_BACKENDS: tuple[str, ...] = ("soft", "swar", "ptx", "gfx950")
+# Triton, so legal wherever `soft` is; fp32 inputs take the soft rounding. "bf16x2" rounds the
+# same words by sm_90's packed bf16 compares (set.u32.bf16x2: an all-ones halfword per half that
+# passes) and lop3 selects under them (`_e2m1_pack2_bf16x2`): 22-28% fewer SASS an element than
+# swar at the measured tiles (benchmarks/results/pack_issue_limit_sm90.md). PTX, NVIDIA sm_90+.
+E2M1_WRITE_BACKENDS: tuple[str, ...] = ("soft", "swar", "bf16x2", "ptx", "gfx950")
 # Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
 # table, four nibbles a lookup, and writes fp32 bit patterns (or, for a bf16 dot, bf16 products
 # with the scale) directly; it has no encoding side.
@@ -24,6 +27,9 @@ _E2M1_ILLEGAL: dict[tuple[str, str], str] = {
     ("gfx950", "sm_100"): "AMDGPU inline asm cannot be compiled by the NVPTX backend",
     ("gfx950", "gfx942"): "v_cvt_scalef32_pk_*fp4* exists only from gfx950 on",
     ("gfx950", "interp"): "Triton's interpreter has no inline asm",
+    ("bf16x2", "gfx942"): "its packed bf16 compares are PTX inline asm (set.u32.bf16x2, sm_90+)",
+    ("bf16x2", "gfx950"): "its packed bf16 compares are PTX inline asm (set.u32.bf16x2, sm_90+)",
+    ("bf16x2", "interp"): "Triton's interpreter has no inline asm",
     ("lut", "gfx942"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("lut", "gfx950"): "its e2m1 lookup is PTX inline asm (prmt)",
     ("lut", "interp"): "Triton's interpreter has no inline asm",

@@ -17,6 +17,7 @@ _COMMON: dict[str, Phrase] = {
     "backend": lambda v: {"soft": "e2m1 by integer ops", "ptx": "e2m1 by sm_100 cvt", "gfx950": "e2m1 by gfx950 cvt",
                           "lut": "e2m1 by PTX byte-permute lookups",
                           "swar": "e2m1 two bf16 elements a 32-bit integer op",
+                          "bf16x2": "e2m1 by packed bf16 compares",
                           "cvt": "e4m3 by the hardware cvt"}.get(v, f"e2m1 backend {v}"),
 }
 
