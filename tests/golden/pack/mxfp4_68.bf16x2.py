@@ -94,9 +94,11 @@ def _e2m1_pack2_scaled(even, odd, s):
 
 @triton.jit
 def _bf16x2_half(t):
-    # A positive fp32 value with at most 8 significant bits (a threshold times a scale) -> its
-    # bf16 bit pattern in both halves of a word, exactly (the low 16 bits of its fp32 pattern are 0).
-    h = t.to(tl.int32, bitcast=True) >> 16
+    # A positive fp32 value with at most 8 significant bits (a threshold times a scale, or a
+    # difference of two) -> its bf16 bit pattern in both halves of a word, exactly (the low 16 bits
+    # of its fp32 pattern are 0); past bf16's largest finite value (5 s at mxfp4's top scale) it
+    # stays that value, so no product below meets an inf.
+    h = tl.minimum(t.to(tl.int32, bitcast=True) >> 16, 0x7F7F)
     return h | (h << 16)
 
 
@@ -110,30 +112,39 @@ def _max_u16x2(x, y):
 @triton.jit
 def _e2m1_pack2_bf16x2(w, a, s):
     # Two bf16 elements a word (2i low, 2i+1 high; `a` = w & 0x7FFF7FFF) -> their e2m1 byte, the
-    # codes of `_e2m1_code_scaled` (its binary search over the thresholds times s), by sm_90's
-    # packed bf16 compares: set.{ge,gt}.u32.bf16x2 gives an all-ones halfword where a half passes,
-    # and lop3 selects each half's next threshold, and then its code bits, under those masks. The
-    # thresholds t*s are exact in bf16 (<= 7 significant bits, as for `_e2m1_pack2_swar`), and an
-    # input is a bf16 value: the compares are exact. 14 instructions a word against the integer
-    # flags' 24 (the swar backend: an add, a shift and a mask a flag, multiplies to move by them).
+    # codes of `_e2m1_code_scaled` (its binary search over the thresholds times s), in sm_90's
+    # packed bf16 instructions, which run beside the integer pipe that binds `_e2m1_pack2_swar`
+    # (its flags and moves are shifts, masks and adds): set.{ge,gt}.bf16x2 gives 1.0 or 0.0 per
+    # half, and fma.rn.bf16x2 moves each half to its next threshold by those flags (t1, then
+    # t0 = u + f1 * v). Exact: every threshold and step is a multiple of s / 4 with at most 8
+    # significant bits, and an input is a bf16 value. The code bits are summed the same way onto
+    # 2**-97, whose bf16 pattern (0x0F00) leaves bits 4-7 and 12-15 of each half clear, so the code
+    # lands in bits 0-3 (low half) and 16-19 (high half); the signs come in by one multiply-high
+    # (bits 15 and 31 of w to bits 3 and 19), and one shifted add packs the two nibbles.
     return tl.inline_asm_elementwise(
-        asm="""{ .reg .b32 m2, m1, m0, t, x, y, r;
-        set.ge.u32.bf16x2 m2, $2, $3;
-        lop3.b32 t, m2, $4, $5, 0xCA;
-        set.ge.u32.bf16x2 m1, $2, t;
-        lop3.b32 x, m2, $6, $7, 0xCA;
-        lop3.b32 y, m2, $8, $9, 0xCA;
-        lop3.b32 t, m1, x, y, 0xCA;
-        set.gt.u32.bf16x2 m0, $2, t;
-        lop3.b32 r, 0x00040004, m2, m1, 0xCA;
-        lop3.b32 r, 0x00060006, r, m0, 0xCA;
-        shr.u32 t, $1, 12;
-        lop3.b32 r, 0x00070007, r, t, 0xCA;
-        shr.u32 t, r, 12;
-        lop3.b32 $0, 0x0000000F, r, t, 0xCA; }""",
+        asm="""{ .reg .b32 f2, f1, f0, t, u, v, c, g;
+        set.ge.bf16x2.bf16x2 f2, $2, $3;
+        fma.rn.bf16x2 t, f2, $4, $5;
+        set.ge.bf16x2.bf16x2 f1, $2, t;
+        fma.rn.bf16x2 u, f2, $6, $7;
+        fma.rn.bf16x2 v, f2, $8, $9;
+        fma.rn.bf16x2 t, f1, v, u;
+        set.gt.bf16x2.bf16x2 f0, $2, t;
+        mov.b32 c, 0x0F000F00;
+        mov.b32 g, 0x0C800C80;
+        fma.rn.bf16x2 c, f2, g, c;
+        mov.b32 g, 0x0C000C00;
+        fma.rn.bf16x2 c, f1, g, c;
+        mov.b32 g, 0x0B800B80;
+        fma.rn.bf16x2 c, f0, g, c;
+        and.b32 g, $1, 0x80008000;
+        mad.hi.u32 c, g, 0x100000, c;
+        shr.u32 g, c, 12;
+        or.b32 $0, c, g; }""",
         constraints="=r,r,r,r,r,r,r,r,r,r",
-        args=[w, a, _bf16x2_half(1.75 * s), _bf16x2_half(3.5 * s), _bf16x2_half(0.75 * s),
-              _bf16x2_half(5.0 * s), _bf16x2_half(1.25 * s), _bf16x2_half(2.5 * s), _bf16x2_half(0.25 * s)],
+        args=[w, a, _bf16x2_half(1.75 * s), _bf16x2_half(2.75 * s), _bf16x2_half(0.75 * s),
+              _bf16x2_half(2.25 * s), _bf16x2_half(0.25 * s),
+              _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), _bf16x2_half(s)],
         dtype=tl.int32,
         is_pure=True,
         pack=1,
