@@ -103,6 +103,34 @@ def _bf16x2_half(t):
 
 
 @triton.jit
+def _bf16x2_steps(s):
+    # The tile's thresholds and steps as bf16 pairs from its scale (fp32, <= 8 significant bits:
+    # its top half is its bf16): 1.75 s, 2.75 s, 0.75 s, 2.25 s, 0.25 s and s, by mul.rn.bf16x2
+    # (the FMA pipes; exact: k * s has <= 8 significant bits, and none of these overflow) where
+    # `_bf16x2_half` takes a shift, a min and a shifted or on the integer pipe each.
+    return tl.inline_asm_elementwise(
+        asm="""{ .reg .b32 s2, k;
+        prmt.b32 s2, $6, $6, 0x3232;
+        mov.b32 k, 0x3FE03FE0;
+        mul.rn.bf16x2 $0, s2, k;
+        mov.b32 k, 0x40304030;
+        mul.rn.bf16x2 $1, s2, k;
+        mov.b32 k, 0x3F403F40;
+        mul.rn.bf16x2 $2, s2, k;
+        mov.b32 k, 0x40104010;
+        mul.rn.bf16x2 $3, s2, k;
+        mov.b32 k, 0x3E803E80;
+        mul.rn.bf16x2 $4, s2, k;
+        mov.b32 $5, s2; }""",
+        constraints="=r,=r,=r,=r,=r,=r,r",
+        args=[s.to(tl.int32, bitcast=True)],
+        dtype=(tl.int32, tl.int32, tl.int32, tl.int32, tl.int32, tl.int32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
 def _max_u16x2(x, y):
     # Each halfword's unsigned max (max.u16x2, sm_90+): a reduction's combine over |bf16| pairs.
     return tl.inline_asm_elementwise(asm="max.u16x2 $0, $1, $2;", constraints="=r,r,r", args=[x, y],
@@ -121,6 +149,7 @@ def _e2m1_pack2_bf16x2(w, a, s):
     # 2**-97, whose bf16 pattern (0x0F00) leaves bits 4-7 and 12-15 of each half clear, so the code
     # lands in bits 0-3 (low half) and 16-19 (high half); the signs come in by one multiply-high
     # (bits 15 and 31 of w to bits 3 and 19), and one shifted add packs the two nibbles.
+    t175, d1, t075, du, t025, da = _bf16x2_steps(s)
     return tl.inline_asm_elementwise(
         asm="""{ .reg .b32 f2, f1, f0, t, u, v, c, g;
         set.ge.bf16x2.bf16x2 f2, $2, $3;
@@ -142,9 +171,7 @@ def _e2m1_pack2_bf16x2(w, a, s):
         shr.u32 g, c, 12;
         or.b32 $0, c, g; }""",
         constraints="=r,r,r,r,r,r,r,r,r,r",
-        args=[w, a, _bf16x2_half(1.75 * s), _bf16x2_half(2.75 * s), _bf16x2_half(0.75 * s),
-              _bf16x2_half(2.25 * s), _bf16x2_half(0.25 * s),
-              _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), _bf16x2_half(s)],
+        args=[w, a, t175, d1, t075, du, t025, _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), da],
         dtype=tl.int32,
         is_pure=True,
         pack=1,
