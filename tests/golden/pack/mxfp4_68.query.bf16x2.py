@@ -130,6 +130,28 @@ def _bf16x2_steps(s):
 
 
 @triton.jit
+def _e4m3_scale_cvt(v):
+    # A tile's nvfp4 scale (fp32 in [2**-9, 448]) -> its e4m3 code and that code's value, by the
+    # hardware conversions both ways (cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even like
+    # `_e4m3_encode`, proven on every code and tie by the fp8 writers' cvt backend; e4m3 values are
+    # exact in f16): two conversions on a tile where the integer codec took ~20 integer-pipe SASS.
+    return tl.inline_asm_elementwise(
+        asm="""{ .reg .b16 h, l, u; .reg .b32 f;
+        cvt.rn.satfinite.e4m3x2.f32 h, $2, $2;
+        cvt.u32.u16 $0, h;
+        and.b32 $0, $0, 255;
+        cvt.rn.f16x2.e4m3x2 f, h;
+        mov.b32 {l, u}, f;
+        cvt.f32.f16 $1, l; }""",
+        constraints="=r,=f,f",
+        args=[v],
+        dtype=(tl.int32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
 def _max_u16x2(x, y):
     # Each halfword's unsigned max (max.u16x2, sm_90+): a reduction's combine over |bf16| pairs.
     return tl.inline_asm_elementwise(asm="max.u16x2 $0, $1, $2;", constraints="=r,r,r", args=[x, y],
@@ -137,7 +159,7 @@ def _max_u16x2(x, y):
 
 
 @triton.jit
-def _e2m1_pack2_bf16x2(w, a, s):
+def _e2m1_pack2_bf16x2(w, a, s, bad):
     # Two bf16 elements a word (2i low, 2i+1 high; `a` = w & 0x7FFF7FFF) -> their e2m1 byte, the
     # codes of `_e2m1_code_scaled` (its binary search over the thresholds times s), in sm_90's
     # packed bf16 instructions, which run beside the integer pipe that binds `_e2m1_pack2_swar`
@@ -147,7 +169,10 @@ def _e2m1_pack2_bf16x2(w, a, s):
     # significant bits, and an input is a bf16 value. The code bits are summed the same way onto
     # 2**-97, whose bf16 pattern (0x0F00) leaves bits 4-7 and 12-15 of each half clear, so the code
     # lands in bits 0-3 (low half) and 16-19 (high half); the signs come in by one multiply-high
-    # (bits 15 and 31 of w to bits 3 and 19), and one shifted add packs the two nibbles.
+    # (bits 15 and 31 of w to bits 3 and 19), and one shifted add packs the two nibbles. A
+    # non-finite tile (`bad`) gets NaN thresholds, which no flag passes, and no signs: its bytes come
+    # out 0 without a select a word.
+    s = tl.where(bad, float("nan"), s)
     t175, d1, t075, du, t025, da = _bf16x2_steps(s)
     return tl.inline_asm_elementwise(
         asm="""{ .reg .b32 f2, f1, f0, t, u, v, c, g;
@@ -165,12 +190,12 @@ def _e2m1_pack2_bf16x2(w, a, s):
         fma.rn.bf16x2 c, f1, g, c;
         mov.b32 g, 0x0B800B80;
         fma.rn.bf16x2 c, f0, g, c;
-        and.b32 g, $1, 0x80008000;
+        and.b32 g, $1, $10;
         mad.hi.u32 c, g, 0x100000, c;
-        shr.u32 g, c, 12;
-        or.b32 $0, c, g; }""",
-        constraints="=r,r,r,r,r,r,r,r,r,r",
-        args=[w, a, t175, d1, t075, du, t025, _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), da],
+        mad.hi.u32 $0, c, 0x100000, c; }""",
+        constraints="=r,r,r,r,r,r,r,r,r,r,r",
+        args=[w, a, t175, d1, t075, du, t025, _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), da,
+              tl.where(bad, 0, -2147450880)],  # 0x80008000 as int32
         dtype=tl.int32,
         is_pure=True,
         pack=1,
@@ -232,7 +257,7 @@ def quant_query_kernel(
     floor = tl.maximum(amax, 6.0 * 1.1754943508222875e-38)
     e = tl.minimum(_pow2ceil_exp(tl.math.div_rn(floor, tl.full(floor.shape, 6.0, tl.float32))), 254)
     if IN_BF16:
-        byte = _e2m1_pack2_bf16x2(w, a, _exp2_float(e)[:, :, None])
+        byte = _e2m1_pack2_bf16x2(w, a, _exp2_float(e)[:, :, None], bad[:, :, None])
     else:
         byte = _e2m1_pack2_scaled(even, odd, _exp2_float(e)[:, :, None])
     byte = tl.where(bad[:, :, None], 0, byte)
