@@ -9,9 +9,10 @@ E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
 # the halfword bit patterns of a word compared with the scaled thresholds by integer adds that
 # cannot carry across the halves (templates/_codecs.py.j2 `_e2m1_pack2_swar`). Plain integer
 # Triton, so legal wherever `soft` is; fp32 inputs take the soft rounding. "bf16x2" rounds the
-# same words by sm_90's packed bf16 compares (set.u32.bf16x2: an all-ones halfword per half that
-# passes) and lop3 selects under them (`_e2m1_pack2_bf16x2`): 22-28% fewer SASS an element than
-# swar at the measured tiles (benchmarks/results/pack_issue_limit_sm90.md). PTX, NVIDIA sm_90+.
+# same words by sm_90's packed bf16 instructions (`_e2m1_pack2_bf16x2`: set.bf16x2 flags, and
+# fma.rn.bf16x2 steps to the next threshold), on the FMA pipes: 46-51% fewer integer-pipe SASS than
+# swar at the measured tiles, the pipe that binds swar (benchmarks/results/pack_bf16x2/README.md).
+# PTX, NVIDIA sm_90+.
 E2M1_WRITE_BACKENDS: tuple[str, ...] = ("soft", "swar", "bf16x2", "ptx", "gfx950")
 # Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
 # table, four nibbles a lookup, and writes fp32 bit patterns (or, for a bf16 dot, bf16 products
