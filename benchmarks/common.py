@@ -7,7 +7,7 @@ import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import triton
@@ -68,6 +68,21 @@ class SassOp:
     opcode: str
     mnemonic: str
     target: int | None = None
+
+
+# The integer (ALU) pipe's opcodes on sm_80 / sm_90 (Nsight Compute's pipe names: bit logic,
+# shifts, integer adds and compares, selects, min/max, permutes, fp32 compares and min/max; IMAD and
+# IMUL run on the FMA pipe). It takes a warp instruction every other cycle an SM sub-partition, half
+# the issue rate, so a kernel whose SASS is half or more ALU is bound by it before it is bound by
+# issue: the swar rounding's limit on the H200 (2026-12-06, benchmarks/results/pack_bf16x2/README.md).
+ALU_OPS = frozenset({"LOP3", "SHF", "IADD3", "LEA", "SEL", "ISETP", "PRMT", "VIMNMX", "VIMNMX3", "IMNMX", "FMNMX",
+                     "FSEL", "FSETP", "SGXT", "PLOP3", "I2FP", "IABS", "FLO", "POPC", "BMSK", "VIADD", "MOV", "CS2R",
+                     "P2R", "R2P", "F2FP", "FCHK"})
+
+
+def alu_share(ops: Mapping[str, int]) -> int:
+    """How many of a kernel's SASS instructions issue to the integer (ALU) pipe."""
+    return sum(k for op, k in ops.items() if op in ALU_OPS)
 
 
 def sass_ops(cubin: bytes) -> list[SassOp]:

@@ -28,28 +28,13 @@ os.environ.pop("TRITON_INTERPRET", None)  # the module's kernels must be JITFunc
 import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from benchmarks.common import kernel_body, sass_ops  # noqa: E402
+from benchmarks.common import alu_share, kernel_body, sass_ops  # noqa: E402
 from templates import render as R  # noqa: E402
 from tuner.formats import get_format  # noqa: E402
 from catalog.families.pack import default_config, render_variant  # noqa: E402
 from tuner.kernels.pack import ARG_TYPES, launch_constexprs  # noqa: E402
 from tuner.kernels.signature import kernel_signature  # noqa: E402
 from tuner.targets import get_target, gpu_target  # noqa: E402
-
-# The integer (ALU) pipe's opcodes on sm_80 / sm_90 (Nsight Compute's pipe names: bit logic,
-# shifts, integer adds and compares, selects, min/max, permutes, fp32 compares and min/max; IMAD and
-# IMUL run on the FMA pipe). It takes a warp instruction every other cycle an SM sub-partition, half
-# the issue rate, so a kernel whose SASS is half or more ALU is bound by it before it is bound by
-# issue: the swar rounding's limit on the H200 (2026-12-06, benchmarks/results/pack_bf16x2/README.md).
-ALU_OPS = frozenset({"LOP3", "SHF", "IADD3", "LEA", "SEL", "ISETP", "PRMT", "VIMNMX", "VIMNMX3", "IMNMX", "FMNMX",
-                     "FSEL", "FSETP", "SGXT", "PLOP3", "I2FP", "IABS", "FLO", "POPC", "BMSK", "VIADD", "MOV", "CS2R",
-                     "P2R", "R2P", "F2FP", "FCHK"})
-
-
-def alu_share(ops: collections.Counter) -> int:
-    """How many of a kernel's SASS instructions issue to the integer (ALU) pipe."""
-    return sum(k for op, k in ops.items() if op in ALU_OPS)
-
 
 # Divisible by 16 (pointers: 16-byte aligned) in the launches measured.
 ALIGNED = ("xw_ptr", "slot_ptr", "cache_ptr", "cache16_ptr", "stride_w", "page_size", "page_bytes")

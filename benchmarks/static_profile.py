@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("TRITON_INTERPRET", None)  # the modules' kernels must be JITFunctions
 
-from benchmarks.common import SassOp, main_loop, parse_cfg, sass_ops  # noqa: E402
+from benchmarks.common import SassOp, alu_share, main_loop, parse_cfg, sass_ops  # noqa: E402
 from tuner.compile import _request, compile_with_stats  # noqa: E402
 from tuner.kernels.base import XCompileCase  # noqa: E402
 
@@ -127,7 +127,8 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
             ops[next((cls for prefix, cls in _BY_LENGTH if o.opcode.startswith(prefix)), "other")] += 1
         role = ("mma" if ops["wgmma"] or ops["mma.sync"]
                 else "producer" if ops["ld.global"] or ops["cp.async"] else "other")
-        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "ops": dict(ops)})
+        alu = alu_share(collections.Counter(o.opcode for o in body))
+        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "alu": alu, "ops": dict(ops)})
     return out
 
 
@@ -171,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     if inner:
         classes = sorted({c for _, lp in inner for c in lp["ops"]})
         print("\nInnermost loops (a trip each: a tile of a partition's loop):\n")
-        print("| config | loop | role | instructions | " + " | ".join(classes) + " |")
-        print("|---|---|---|---|" + "---|" * len(classes))
+        print("| config | loop | role | instructions | integer pipe | " + " | ".join(classes) + " |")
+        print("|---|---|---|---|---|" + "---|" * len(classes))
         for name, lp in inner:
-            print(f"| {name} | {lp['range']} | {lp['role']} | {lp['instructions']} | "
+            print(f"| {name} | {lp['range']} | {lp['role']} | {lp['instructions']} | {lp['alu']} | "
                   + " | ".join(str(lp["ops"].get(c, 0)) for c in classes) + " |")
     return 0
 

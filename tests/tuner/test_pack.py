@@ -179,7 +179,8 @@ def test_bf16x2_backend_is_packed_bf16_compares_with_fewer_instructions() -> Non
     # exactness is test_e2m1_writers_are_exact_at_every_bf16_value, on the GPU.
     got = _compiled_in_child("""if True:
         import json
-        from benchmarks.sass_count import alu_share, count
+        from benchmarks.common import alu_share
+        from benchmarks.sass_count import count
         out = {}
         for fmt, tiles in (("nvfp4_288", (8, 32, 2)), ("mxfp4_68", (16, 4, 1))):
             for b in ("swar", "bf16x2"):
