@@ -95,13 +95,16 @@ for phase in "$@"; do
       >"$OUT/bench_pack_584.log" 2>&1
     echo "bench_pack rc=$?" >>"$OUT/bench_pack_584.log"
     ;;
-  pack-onerun)  # issue 26's pack line, one run: every format at its best measured config beside its default, 1M tokens
-    # (pack_h200_onerun.md's picks), byte-exact first; a directory a format
-    for fp in "nvfp4_288 backend=swar,BLOCK_T=4,TILES_PER_PROG=32" "fp8_528 backend=cvt,BLOCK_T=8,TILES_PER_PROG=8" \
-      "fp8_584 backend=cvt,BLOCK_T=4,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2" \
-      "mxfp4_68 backend=swar,BLOCK_T=16,TILES_PER_PROG=4" "fp8_132 backend=cvt,BLOCK_T=16,TILES_PER_PROG=1"; do
-      read -r f pick <<<"$fp"
-      timeout $(( $(left) - 10 )) python3 benchmarks/bench_pack.py --out "$OUT/results/onerun_$f" --formats "$f" --pick "$pick" \
+  pack-onerun)  # issue 26's pack line, one run: every format at its best measured configs beside its default, 1M tokens
+    # (pack_h200_onerun.md's picks; the e2m1 formats' with swar and with bf16x2, whose H200 timing was owed on
+    # 2026-12-06: the faster is the line), byte-exact first; a directory a format; picks split by ';'
+    for fp in "nvfp4_288 backend=swar,BLOCK_T=4,TILES_PER_PROG=32;backend=swar,BLOCK_T=8,TILES_PER_PROG=32;backend=bf16x2,BLOCK_T=4,TILES_PER_PROG=32;backend=bf16x2,BLOCK_T=8,TILES_PER_PROG=32" \
+      "fp8_528 backend=cvt,BLOCK_T=8,TILES_PER_PROG=8" "fp8_584 backend=cvt,BLOCK_T=4,TILES_PER_PROG=8,BLOCKS_PER_PROG=8,num_stages=2" \
+      "mxfp4_68 backend=swar,BLOCK_T=16,TILES_PER_PROG=4;backend=bf16x2,BLOCK_T=16,TILES_PER_PROG=4;backend=bf16x2,BLOCK_T=16,TILES_PER_PROG=4,num_warps=2" \
+      "fp8_132 backend=cvt,BLOCK_T=16,TILES_PER_PROG=1"; do
+      read -r f picks <<<"$fp"
+      pargs=(); IFS=';' read -ra ps <<<"$picks"; for p in "${ps[@]}"; do pargs+=(--pick "$p"); done
+      timeout $(( $(left) - 10 )) python3 benchmarks/bench_pack.py --out "$OUT/results/onerun_$f" --formats "$f" "${pargs[@]}" \
         >>"$OUT/bench_pack_onerun.log" 2>&1
       echo "bench_pack $f rc=$?" >>"$OUT/bench_pack_onerun.log"
     done
