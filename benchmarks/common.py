@@ -77,7 +77,7 @@ class SassOp:
 # issue: the swar rounding's limit on the H200 (2026-12-06, benchmarks/results/pack_bf16x2/README.md).
 ALU_OPS = frozenset({"LOP3", "SHF", "IADD3", "LEA", "SEL", "ISETP", "PRMT", "VIMNMX", "VIMNMX3", "IMNMX", "FMNMX",
                      "FSEL", "FSETP", "SGXT", "PLOP3", "I2FP", "IABS", "FLO", "POPC", "BMSK", "VIADD", "MOV", "CS2R",
-                     "P2R", "R2P", "F2FP", "FCHK"})
+                     "P2R", "R2P", "F2FP", "FCHK", "VHMNMX"})
 
 
 def alu_share(ops: Mapping[str, int]) -> int:

@@ -62,7 +62,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|ab-cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|ab-cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -111,19 +111,26 @@ for phase in "$@"; do
     ;;
   pack-tests)  # the pack tests on the GPU: every legal backend byte-exact, every e4m3 code and tie, every bf16 value
     # at the e2m1 formats' extreme scales, the query quantiser
+    log="$OUT/results/pytest_pack${PATCHED:+_$PATCHED}_gpu_h200.log"
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_pack.py -p no:cacheprovider \
-      -k "matches_reference or every_code_and_tie or every_bf16_value" >"$OUT/results/pytest_pack_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_pack_gpu_h200.log"
+      -k "matches_reference or every_code_and_tie or every_bf16_value" >"$log" 2>&1
+    echo "pytest rc=$?" >>"$log"
+    ;;
+  patch)  # apply benchmarks/patches/$AB_PATCH to the device's copy for the phases after it, whose pack-tests and
+    # pack-e2m1 results then carry its name (e.g. `pack-e2m1 patch pack-tests pack-e2m1`: base, then patched)
+    { git apply "benchmarks/patches/${AB_PATCH:?patch: name it (AB_PATCH=NAME.patch)}" || patch -p1 --forward <"benchmarks/patches/$AB_PATCH"; } ||
+      { echo "patch: $AB_PATCH does not apply"; exit 1; }
+    PATCHED=${AB_PATCH%.patch}
     ;;
   pack-e2m1)  # the e2m1 formats' writers side by side, 1M tokens: swar against bf16x2 (sm_90's packed bf16
     # compares and FMAs, 2026-12-06) at the measured tiles, plain and pipelined (results/pack_e2m1/{nvfp4_288,mxfp4_68})
     S="backend=swar"; B="backend=bf16x2"; P="BLOCKS_PER_PROG=8,num_stages=2"
-    timeout $(( $(left) * 2 / 3 )) python3 benchmarks/bench_pack.py --out "$OUT/results/pack_e2m1/nvfp4_288" \
+    timeout $(( $(left) * 2 / 3 )) python3 benchmarks/bench_pack.py --out "$OUT/results/pack_e2m1${PATCHED:+_$PATCHED}/nvfp4_288" \
       --formats nvfp4_288 --pick "$S" --pick "$S,BLOCK_T=8" --pick "$B" --pick "$B,BLOCK_T=8" \
       --pick "$B,BLOCK_T=8,num_warps=4" --pick "$B,BLOCK_T=16,num_warps=4" --pick "$B,$P" --pick "$B,BLOCK_T=2,num_warps=1,$P" \
       --pick "$S,$P" >>"$OUT/bench_pack_e2m1.log" 2>&1
     echo "bench_pack nvfp4_288 rc=$?" >>"$OUT/bench_pack_e2m1.log"
-    timeout $(( $(left) - 5 )) python3 benchmarks/bench_pack.py --out "$OUT/results/pack_e2m1/mxfp4_68" \
+    timeout $(( $(left) - 5 )) python3 benchmarks/bench_pack.py --out "$OUT/results/pack_e2m1${PATCHED:+_$PATCHED}/mxfp4_68" \
       --formats mxfp4_68 --pick "$S,BLOCK_T=16" --pick "$B,BLOCK_T=16" --pick "$B,BLOCK_T=8" --pick "$B,BLOCK_T=16,num_warps=2" \
       --pick "$B,BLOCK_T=32,num_warps=2" --pick "$B,BLOCK_T=16,$P" --pick "$S,BLOCK_T=16,$P" >>"$OUT/bench_pack_e2m1.log" 2>&1
     echo "bench_pack mxfp4_68 rc=$?" >>"$OUT/bench_pack_e2m1.log"
