@@ -5,6 +5,12 @@ its out-of-line slow paths left out -- is the dynamic count of the fast path), t
 byte floor at the measured copy bandwidth. A kernel cannot beat the larger of the two.
 
     python benchmarks/pack_issue_limit.py --out benchmarks/results
+    python benchmarks/pack_issue_limit.py --picks --out benchmarks/results   # the picks' pipe limits
+
+`--picks` writes pack_limits_sm90.md instead: issue 26's measured picks (pack-onerun's, swar and
+bf16x2 for the e2m1 formats) with two limits each, issue (every SASS at 128 lanes a cycle an SM)
+and the integer pipe (its SASS at 64 lanes a cycle: it takes a warp instruction every other cycle),
+beside the copy floor. The larger of the three is the limit issue 26's 85% line is taken against.
 
 H200 figures used (not measured here): 132 SMs, 4 warp schedulers an SM issuing one warp
 instruction a cycle each (128 lane-instructions a cycle an SM), the 1980 MHz maximum SM clock
@@ -16,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import alu_share  # noqa: E402
 from benchmarks.sass_count import count  # noqa: E402
 from catalog.families.pack import default_config, pack_bytes  # noqa: E402
 from catalog.formats import get_format  # noqa: E402
@@ -65,10 +73,55 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+ALU_LANES_PER_CYCLE = 64  # the integer pipe of an SM: a warp instruction every other cycle a sub-partition
+# Issue 26's picks, as h200_session.sh pack-onerun times them: (format, backend, BLOCK_T, TILES_PER_PROG,
+# num_warps, BLOCKS_PER_PROG, num_stages).
+PICKS = (("nvfp4_288", "swar", 4, 32, 2, 1, 1), ("nvfp4_288", "swar", 8, 32, 2, 1, 1),
+         ("nvfp4_288", "bf16x2", 4, 32, 2, 1, 1), ("nvfp4_288", "bf16x2", 8, 32, 2, 1, 1),
+         ("mxfp4_68", "swar", 16, 4, 1, 1, 1), ("mxfp4_68", "bf16x2", 16, 4, 1, 1, 1),
+         ("fp8_528", "cvt", 8, 8, 1, 1, 1), ("fp8_132", "cvt", 16, 1, 2, 1, 1))
+
+
+def pipe_limits(fmt: str, backend: str, block_t: int, tiles: int, warps: int, blocks: int = 1,
+                stages: int = 1) -> dict[str, Any]:
+    """One pick's issue and integer-pipe limits at 1M tokens beside its copy floor (straight-line
+    kernels only: a pipelined program loops, and its static count is not a per-element cost)."""
+    f = get_format(fmt)
+    n, per_elem, ops = count(fmt, block_t, tiles, warps, backend, blocks, stages)
+    alu_per_elem = alu_share(ops) * per_elem / n
+    elems = TOKENS * f.qdims
+    issue_us = elems * per_elem / (SMS * LANES_PER_CYCLE * CLOCK_HZ) * 1e6
+    alu_us = elems * alu_per_elem / (SMS * ALU_LANES_PER_CYCLE * CLOCK_HZ) * 1e6
+    copy_us = pack_bytes(f, TOKENS) / COPY_BW * 1e6
+    bound = max(issue_us, alu_us, copy_us)
+    binds = "bytes" if bound == copy_us else "integer pipe" if bound == alu_us else "issue"
+    return {"format": fmt, "pick": f"{backend} {block_t}/{tiles}/{warps}", "sass": n, "alu_sass": alu_share(ops),
+            "issue_us": issue_us, "alu_us": alu_us, "copy_us": copy_us, "binds": binds, "target_us": bound / 0.85}
+
+
+def picks_markdown(rows: list[dict[str, Any]]) -> str:
+    out = ["# pack on sm_90: the measured picks' issue and integer-pipe limits beside the copy floor (static, no GPU)",
+           "", __doc__.split("\n\n")[2].replace("\n", " "), "",
+           f"{TOKENS} tokens, {SMS} SMs at {CLOCK_HZ / 1e6:.0f} MHz, copy at {COPY_BW / 1e12:.3f} TB/s; triton's ptxas; "
+           "`python benchmarks/pack_issue_limit.py --picks`.", "",
+           "| format | pick (backend BLOCK_T/TILES/warps) | SASS | integer-pipe SASS | issue limit us | integer-pipe limit us | "
+           "copy floor us | binds | 85% line us |", "|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r['format']} | {r['pick']} | {r['sass']} | {r['alu_sass']} | {r['issue_us']:.0f} | {r['alu_us']:.0f} | "
+            f"{r['copy_us']:.0f} | {r['binds']} | {r['target_us']:.0f} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="write pack_issue_limit_sm90.md here")
+    ap.add_argument("--out", default=None, help="write pack_issue_limit_sm90.md (or, with --picks, pack_limits_sm90.md) here")
+    ap.add_argument("--picks", action="store_true", help="the measured picks' issue and integer-pipe limits instead")
     args = ap.parse_args()
+    if args.picks:
+        md = picks_markdown([pipe_limits(*p) for p in PICKS])
+        print(md)
+        if args.out:
+            (Path(args.out) / "pack_limits_sm90.md").write_text(md)
+        return 0
     rows = [limits(fmt) for fmt in FORMATS]
     # The fp8 formats' hardware conversion (backend=cvt), the e2m1 formats' SWAR rounding (swar).
     rows += [limits(fmt, "cvt") for fmt in FORMATS if get_format(fmt).elem == "e4m3"]
