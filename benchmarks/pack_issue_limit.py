@@ -7,10 +7,10 @@ byte floor at the measured copy bandwidth. A kernel cannot beat the larger of th
     python benchmarks/pack_issue_limit.py --out benchmarks/results
     python benchmarks/pack_issue_limit.py --picks --out benchmarks/results   # the picks' pipe limits
 
-`--picks` writes pack_limits_sm90.md instead: issue 26's measured picks (pack-onerun's, swar and
-bf16x2 for the e2m1 formats) with two limits each, issue (every SASS at 128 lanes a cycle an SM)
+Issue 26's measured picks (`--picks`, into pack_limits_sm90.md: pack-onerun's, with swar and with
+bf16x2 for the e2m1 formats) have two limits each, issue (every SASS at 128 lanes a cycle an SM)
 and the integer pipe (its SASS at 64 lanes a cycle: it takes a warp instruction every other cycle),
-beside the copy floor. The larger of the three is the limit issue 26's 85% line is taken against.
+beside the copy floor. The largest of the three is the limit issue 26's 85% line is taken against.
 
 H200 figures used (not measured here): 132 SMs, 4 warp schedulers an SM issuing one warp
 instruction a cycle each (128 lane-instructions a cycle an SM), the 1980 MHz maximum SM clock
