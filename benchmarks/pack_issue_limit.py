@@ -40,12 +40,21 @@ FORMATS = ("nvfp4_288", "fp8_528", "fp8_584", "mxfp4_68", "fp8_132")
 MEASURED_US = {"nvfp4_288": 728.4, "fp8_528": 584.2, "fp8_584": 651.7, "mxfp4_68": 207.1, "fp8_132": 158.8}
 
 
+def _pipe_us(fmt: str, lane_per_elem: float, lanes_per_cycle: int) -> float:
+    """Microseconds for TOKENS tokens' lane-instructions on a pipe of `lanes_per_cycle` an SM."""
+    return TOKENS * get_format(fmt).qdims * lane_per_elem / (SMS * lanes_per_cycle * CLOCK_HZ) * 1e6
+
+
+def _copy_us(fmt: str) -> float:
+    """The byte floor of TOKENS tokens at the copy bandwidth."""
+    return pack_bytes(get_format(fmt), TOKENS) / COPY_BW * 1e6
+
+
 def limits(fmt: str, backend: str = "soft") -> dict[str, float | str]:
-    f = get_format(fmt)
     c = default_config(fmt).replace(backend=backend)
     n, per_elem, ops = count(fmt, c["BLOCK_T"], c["TILES_PER_PROG"], c["num_warps"], backend)
-    issue_us = TOKENS * f.qdims * per_elem / (SMS * LANES_PER_CYCLE * CLOCK_HZ) * 1e6
-    copy_us = pack_bytes(f, TOKENS) / COPY_BW * 1e6
+    issue_us = _pipe_us(fmt, per_elem, LANES_PER_CYCLE)
+    copy_us = _copy_us(fmt)
     bound = max(issue_us, copy_us)  # issue 26's mark: 85% of it, i.e. a time of bound / 0.85
     return {"format": fmt, "config": c.to_json(), "sass": n, "lane_per_elem": per_elem, "issue_us": issue_us,
             "copy_us": copy_us, "binds": "issue" if issue_us > copy_us else "bytes", "target_us": bound / 0.85,
@@ -86,16 +95,14 @@ def pipe_limits(fmt: str, backend: str, block_t: int, tiles: int, warps: int, bl
                 stages: int = 1) -> dict[str, Any]:
     """One pick's issue and integer-pipe limits at 1M tokens beside its copy floor (straight-line
     kernels only: a pipelined program loops, and its static count is not a per-element cost)."""
-    f = get_format(fmt)
     n, per_elem, ops = count(fmt, block_t, tiles, warps, backend, blocks, stages)
-    alu_per_elem = alu_share(ops) * per_elem / n
-    elems = TOKENS * f.qdims
-    issue_us = elems * per_elem / (SMS * LANES_PER_CYCLE * CLOCK_HZ) * 1e6
-    alu_us = elems * alu_per_elem / (SMS * ALU_LANES_PER_CYCLE * CLOCK_HZ) * 1e6
-    copy_us = pack_bytes(f, TOKENS) / COPY_BW * 1e6
+    alu = alu_share(ops)
+    issue_us = _pipe_us(fmt, per_elem, LANES_PER_CYCLE)
+    alu_us = _pipe_us(fmt, alu * per_elem / n, ALU_LANES_PER_CYCLE)
+    copy_us = _copy_us(fmt)
     bound = max(issue_us, alu_us, copy_us)
     binds = "bytes" if bound == copy_us else "integer pipe" if bound == alu_us else "issue"
-    return {"format": fmt, "pick": f"{backend} {block_t}/{tiles}/{warps}", "sass": n, "alu_sass": alu_share(ops),
+    return {"format": fmt, "pick": f"{backend} {block_t}/{tiles}/{warps}", "sass": n, "alu_sass": alu,
             "issue_us": issue_us, "alu_us": alu_us, "copy_us": copy_us, "binds": binds, "target_us": bound / 0.85}
 
 
