@@ -14,6 +14,7 @@
 #   bash benchmarks/h200_session.sh share            # MMA=wgmma_hmpvs / wgmma_wss (tiles shared by head groups): GPU tests, timings
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
 #   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-cluster      # a cluster-build patch A/B'd (one a call)
+#   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-decode       # a decode-build patch A/B'd (the 128-head split)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -62,7 +63,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|ab-cluster|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -213,6 +214,19 @@ for phase in "$@"; do
     env TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13 timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST \
       tests/tuner/test_decode.py -p no:cacheprovider -rA -k "${AB_K:-cluster_build_matches}" \
       >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
+    ;;
+  ab-decode)  # A/B in one call (a call of its own: the copy stays patched) of benchmarks/patches/$AB_PATCH, a patch of
+    # the decode builds, with Triton's ptxas: the 128-head QK / PV split with and without its L2 prefetch, both pairs,
+    # T = 64, 8, 1; then the GPU tests of test_decode.py that AB_K picks (pytest -k) on the patched tree
+    abp=${AB_PATCH:?ab-decode: name the patch (AB_PATCH=NAME.patch)}
+    ab_patch "$abp"
+    env BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
+      python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
+      --only "=heads on M QK/PV split, splits auto, L2 prefetch" --only "=heads on M QK/PV split, splits auto" \
+      >"$OUT/ab_decode.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+      -k "${AB_K:-heads_on_m_matches}" >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
     ;;
   cluster-probe)  # the 2-CTA cluster path a 128-head build would take (benchmarks/cluster_probe.py): a DSMEM store and
