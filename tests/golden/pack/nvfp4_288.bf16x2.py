@@ -153,15 +153,24 @@ def _e4m3_scale_cvt(v):
 
 
 @triton.jit
-def _max_u16x2(x, y):
-    # Each halfword's unsigned max (max.u16x2, sm_90+): a reduction's combine over |bf16| pairs.
-    return tl.inline_asm_elementwise(asm="max.u16x2 $0, $1, $2;", constraints="=r,r,r", args=[x, y],
+def _abs_bf16x2(w):
+    # Both halves' magnitudes (abs.bf16x2: an HFMA2 with |x|, on the FMA pipes, where w & 0x7FFF7FFF
+    # is a LOP3 on the integer pipe).
+    return tl.inline_asm_elementwise(asm="abs.bf16x2 $0, $1;", constraints="=r,r", args=[w],
                                      dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
-def _e2m1_pack2_bf16x2(w, a, s, bad):
-    # Two bf16 elements a word (2i low, 2i+1 high; `a` = w & 0x7FFF7FFF) -> their e2m1 byte, the
+def _max_nan_bf16x2(x, y):
+    # Each half's max, NaN if either is (max.NaN.bf16x2): a reduction's combine over |bf16| pairs,
+    # whose result still orders as bits (an inf or NaN half is >= 0x7F80 and marks the tile).
+    return tl.inline_asm_elementwise(asm="max.NaN.bf16x2 $0, $1, $2;", constraints="=r,r,r", args=[x, y],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _e2m1_pack2_bf16x2(w, s, bad):
+    # Two bf16 elements a word (2i low, 2i+1 high) -> their e2m1 byte, the
     # codes of `_e2m1_code_scaled` (its binary search over the thresholds times s), in sm_90's
     # packed bf16 instructions, which run beside the integer pipe that binds `_e2m1_pack2_swar`
     # (its flags and moves are shifts, masks and adds): set.{ge,gt}.bf16x2 gives 1.0 or 0.0 per
@@ -176,14 +185,15 @@ def _e2m1_pack2_bf16x2(w, a, s, bad):
     s = tl.where(bad, float("nan"), s)
     t175, d1, t075, du, t025, da = _bf16x2_steps(s)
     return tl.inline_asm_elementwise(
-        asm="""{ .reg .b32 f2, f1, f0, t, u, v, c, g;
-        set.ge.bf16x2.bf16x2 f2, $2, $3;
-        fma.rn.bf16x2 t, f2, $4, $5;
-        set.ge.bf16x2.bf16x2 f1, $2, t;
-        fma.rn.bf16x2 u, f2, $6, $7;
-        fma.rn.bf16x2 v, f2, $8, $9;
+        asm="""{ .reg .b32 f2, f1, f0, t, u, v, c, g, a;
+        abs.bf16x2 a, $1;
+        set.ge.bf16x2.bf16x2 f2, a, $2;
+        fma.rn.bf16x2 t, f2, $3, $4;
+        set.ge.bf16x2.bf16x2 f1, a, t;
+        fma.rn.bf16x2 u, f2, $5, $6;
+        fma.rn.bf16x2 v, f2, $7, $8;
         fma.rn.bf16x2 t, f1, v, u;
-        set.gt.bf16x2.bf16x2 f0, $2, t;
+        set.gt.bf16x2.bf16x2 f0, a, t;
         mov.b32 c, 0x0F000F00;
         mov.b32 g, 0x0C800C80;
         fma.rn.bf16x2 c, f2, g, c;
@@ -191,11 +201,11 @@ def _e2m1_pack2_bf16x2(w, a, s, bad):
         fma.rn.bf16x2 c, f1, g, c;
         mov.b32 g, 0x0B800B80;
         fma.rn.bf16x2 c, f0, g, c;
-        and.b32 g, $1, $10;
+        and.b32 g, $1, $9;
         mad.hi.u32 c, g, 0x100000, c;
         mad.hi.u32 $0, c, 0x100000, c; }""",
-        constraints="=r,r,r,r,r,r,r,r,r,r,r",
-        args=[w, a, t175, d1, t075, du, t025, _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), da,
+        constraints="=r,r,r,r,r,r,r,r,r,r",
+        args=[w, t175, d1, t075, du, t025, _bf16x2_half(tl.minimum(5.0 * s, 3.3895313892515355e38) - 3.5 * s), da,
               tl.where(bad, 0, -2147450880)],  # 0x80008000 as int32
         dtype=tl.int32,
         is_pure=True,
@@ -275,9 +285,8 @@ def pack_kernel(
         # amax as an integer max of |bits|: positive floats order like their bit patterns, and inf/NaN
         # sit above every finite value, so one max finds both the scale and a non-finite tile.
         if IN_BF16:
-            # Both halves at once (max.u16x2), then the larger half into the top one.
-            a = w & 0x7FFF7FFF
-            a2 = tl.reduce(a, 2, _max_u16x2)
+            # Both halves at once (packed bf16 on the FMA pipes), then the larger half into the top one.
+            a2 = tl.reduce(_abs_bf16x2(w), 2, _max_nan_bf16x2)
             amax_bits = tl.maximum(a2 << 16, a2) & -65536
         else:
             amax_bits = tl.max(tl.maximum(ev_bits & 0x7FFFFFFF, od_bits & 0x7FFFFFFF), axis=2)
@@ -292,7 +301,7 @@ def pack_kernel(
         s_byte = tl.where(bad, 0x7F, s_code)
 
         if IN_BF16:
-            byte = _e2m1_pack2_bf16x2(w, a, s_val[:, :, None], bad[:, :, None])
+            byte = _e2m1_pack2_bf16x2(w, s_val[:, :, None], bad[:, :, None])
         else:
             # A 24-bit input can sit within half an ulp of a threshold: divide exactly instead.
             sb = tl.broadcast_to(s_val[:, :, None], even.shape)
