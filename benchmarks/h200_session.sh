@@ -63,7 +63,7 @@ ab_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|ab-tail|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -185,19 +185,6 @@ for phase in "$@"; do
       --only "QK/PV split, splits auto, L2 prefetch" --only "QK/PV split, shared tiles, splits auto, L2 prefetch" \
       --out "$OUT/results/resident" >"$OUT/bench_decode_resident.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_resident.log"
-    ;;
-  ab-tail)  # A/B in one call (a call of its own: the copy stays patched): the fp8_584 tail's bf16 dims fetched in the
-    # e4m3 tail's layout (T2) from its row addresses by the heads-on-M producers (benchmarks/patches/tail_t2.patch;
-    # static sm_90: their producer loops 1151 + 1067 -> 1108 + 1021 SASS a tile, the split's spills 20 -> 42 bytes),
-    # at 128 and 64 heads (HEADS), T = 64, 8, 1; then the GPU tests of the builds that fetch the tail
-    ab_patch tail_t2.patch
-    hargs=(); for h in ${HEADS:-128 64}; do hargs+=(--heads "$h"); done
-    BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh python3 benchmarks/bench_decode_hm.py \
-      "${hargs[@]}" --ts 64,8,1 --pair fp8_584+fp8_584 --only "=heads on M QK/PV split, splits auto, L2 prefetch" \
-      --only "=heads on M warp-specialised, splits auto, L2 prefetch" >"$OUT/ab_tail.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
-      -k "sm90 and fp8_584 and (heads_on_m or shared_tile)" >"$OUT/results/pytest_decode_tail_t2_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_tail_t2_gpu_h200.log"
     ;;
   ab-cluster)  # A/B in one call (a call of its own: the copy stays patched): the cluster build (MMA=wgmma_hmpvc)
     # with benchmarks/patches/$AB_PATCH, ptxas 13.5 carried in; 128 heads, both pairs, T = 64, 8, 1, beside the

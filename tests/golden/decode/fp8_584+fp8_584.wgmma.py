@@ -532,12 +532,11 @@ def _comp_fetch_tail(cache_ptr, slot, page_size, page_bytes, SHIFT: gl.constexpr
     b = gl.load(cache_ptr + data[:, None] + (384 + tb)[None, :], mask=valid[:, None], other=0)
     one = gl.arange(0, 1, layout=gl.SliceLayout(0, T2))
     sb = gl.load(cache_ptr + srow[:, None] + (6 + one)[None, :], mask=valid[:, None], other=0)
-    H2: gl.constexpr = _comp_h2(gl.num_warps())
-    hdata, hvalid = _record_rows(slot, page_size, page_bytes, 448, gl.SliceLayout(1, H2),
-                                 576, SHIFT)
-    hd = gl.arange(0, 64, layout=gl.SliceLayout(0, H2))
-    x = gl.load((cache_ptr + hdata[:, None]).to(gl.pointer_type(gl.bfloat16)) + hd[None, :], mask=hvalid[:, None],
-                other=0.0)
+    # The bf16 dims in T2 as well (16 a thread, two 16-byte loads): the rows' addresses are the e4m3
+    # tail's, so they are computed once a key instead of again in a layout of their own.
+    hd = gl.arange(0, 64, layout=gl.SliceLayout(0, T2))
+    x = gl.load((cache_ptr + data[:, None] + 448).to(gl.pointer_type(gl.bfloat16)) + hd[None, :],
+                mask=valid[:, None], other=0.0)
     return b, sb, x
 
 
