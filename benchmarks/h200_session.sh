@@ -401,4 +401,7 @@ for side in base head head2 base2; do
   [ -d "$OUT/$side" ] || continue
   mkdir -p "$OUT/results/ab" && mv "$OUT/$side" "$OUT/results/ab/" && mv "$OUT/$side.log" "$OUT/results/ab/" 2>/dev/null
 done
-tar czf "$OUT/out.tgz" -C "$OUT" results tables && rm -rf "$OUT/results" "$OUT/tables"
+# A second run of this script in the same command archives into out2.tgz (and so on), not over the first's.
+arc="$OUT/out.tgz"; n=1
+while [ -e "$arc" ]; do n=$((n + 1)); arc="$OUT/out$n.tgz"; done
+tar czf "$arc" -C "$OUT" results tables && rm -rf "$OUT/results" "$OUT/tables"
