@@ -59,6 +59,11 @@ fi
 # device's copy (it stays patched: an A/B phase takes a call of its own); stops the call when it does not apply.
 ab_patch() {
   tar czf /tmp/ab_base.tgz --exclude=./.whl --exclude=./.git . || exit
+  apply_patch "$1"
+}
+
+# apply_patch PATCH: benchmarks/patches/PATCH applied to the device's copy; stops the call when it does not apply.
+apply_patch() {
   { git apply "benchmarks/patches/$1" || patch -p1 --forward <"benchmarks/patches/$1"; } ||
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
@@ -119,8 +124,7 @@ for phase in "$@"; do
     ;;
   patch)  # apply benchmarks/patches/$AB_PATCH to the device's copy for the phases after it, whose pack-tests and
     # pack-e2m1 results then carry its name (e.g. `pack-e2m1 patch pack-tests pack-e2m1`: base, then patched)
-    { git apply "benchmarks/patches/${AB_PATCH:?patch: name it (AB_PATCH=NAME.patch)}" || patch -p1 --forward <"benchmarks/patches/$AB_PATCH"; } ||
-      { echo "patch: $AB_PATCH does not apply"; exit 1; }
+    apply_patch "${AB_PATCH:?patch: name it (AB_PATCH=NAME.patch)}"
     PATCHED=${AB_PATCH%.patch}
     ;;
   pack-e2m1)  # the e2m1 formats' writers side by side, 1M tokens: swar against bf16x2 (sm_90's packed bf16

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

@@ -9,9 +9,10 @@ E2M1_BACKENDS: tuple[str, ...] = ("soft", "ptx", "gfx950")
 # the halfword bit patterns of a word compared with the scaled thresholds by integer adds that
 # cannot carry across the halves (templates/_codecs.py.j2 `_e2m1_pack2_swar`). Plain integer
 # Triton, so legal wherever `soft` is; fp32 inputs take the soft rounding. "bf16x2" rounds the
-# same words by sm_90's packed bf16 instructions (`_e2m1_pack2_bf16x2`: set.bf16x2 flags, and
-# fma.rn.bf16x2 steps to the next threshold), on the FMA pipes: 46-51% fewer integer-pipe SASS than
-# swar at the measured tiles, the pipe that binds swar (benchmarks/results/pack_bf16x2/README.md).
+# same words by sm_90's packed bf16 instructions (`_e2m1_pack2_bf16x2`: abs.bf16x2 magnitudes,
+# set.bf16x2 flags and fma.rn.bf16x2 steps to the next threshold; the tile max by max.NaN.bf16x2),
+# on the FMA pipes: 52-58% fewer integer-pipe SASS than swar at the measured tiles, the pipe that
+# binds swar (benchmarks/results/pack_bf16x2/README.md).
 # PTX, NVIDIA sm_90+.
 E2M1_WRITE_BACKENDS: tuple[str, ...] = ("soft", "swar", "bf16x2", "ptx", "gfx950")
 # Decoding only (the cache readers): "lut" looks e2m1 magnitudes up in a byte-permute (PTX prmt)
