@@ -5,8 +5,11 @@ Compiles run in a child because some failures are not exceptions: PTX inline asm
 backend aborts the whole process (`unknown asm constraint 'f'`). A child that aborts, hangs or dies
 is a result (`illegal`, with the compiler's last words), never a crash of the caller.
 
-Child protocol: `python -m tuner.compile` reads one JSON request on stdin and writes one JSON
-result on stdout.
+Child protocol: `python -m tuner.compile` reads JSON requests on stdin, one a line, and answers
+each with one JSON result line on its own copy of stdout (the process's fd 1 goes to stderr, so
+nothing a compiler prints can be read as a result). A child serves many requests: its ~0.5 s of
+start-up (imports, Triton hashing its own libraries for the cache key) is paid once a child, not
+once a case, and one that dies is replaced for the next request.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import queue
+import select
 import signal
 import subprocess
 import sys
@@ -74,32 +79,90 @@ def _last_words(text: str, limit: int = 600) -> str:
     return out[-limit:]
 
 
-def compile_in_child(kernel: str, case: XCompileCase, target: str, expected: str = "", timeout: float = COMPILE_TIMEOUT_S) -> CompileResult:
+class CompilerChild:
+    """One `python -m tuner.compile` process, kept for many requests (see the module docstring).
+
+    A request that kills the child (an abort in a compiler backend), outlasts its timeout (the
+    child is killed) or gets no result line is an `illegal` result with the compiler's last words,
+    and the next request starts a new child. Its stderr goes to a temporary file, read back a
+    request at a time, so a chatty compiler never fills a pipe and blocks."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._err = tempfile.TemporaryFile(mode="w+")
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = dict(os.environ)
+        env.pop("TRITON_INTERPRET", None)  # cross-compiling needs the real compiler
+        self._proc = subprocess.Popen([sys.executable, "-m", "tuner.compile"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._err, text=True, env=env,
+                                      cwd=str(Path(__file__).resolve().parent.parent))
+        return self._proc
+
+    def request(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str, str]:
+        """(the child's result or None, stderr written during this request, why there is none)."""
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        self._err.seek(0, os.SEEK_END)
+        mark = self._err.tell()
+        line, why = "", ""
+        try:
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            if ready:
+                line = proc.stdout.readline()
+            else:
+                why = f"compile timed out after {timeout:.0f}s"
+        except BrokenPipeError:
+            pass
+        if not line:
+            if not why:
+                rc = proc.wait(timeout=30)
+                why = f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
+            self.close()
+        self._err.seek(mark)
+        err = self._err.read()
+        try:
+            return (json.loads(line), err, "") if line else (None, err, why)
+        except ValueError:
+            return None, err, "child wrote no result"
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            for f in (self._proc.stdin, self._proc.stdout):
+                if f is not None:
+                    f.close()
+            self._proc = None
+
+
+def compile_in_child(kernel: str, case: XCompileCase, target: str, expected: str = "", timeout: float = COMPILE_TIMEOUT_S,
+                     child: CompilerChild | None = None) -> CompileResult:
+    """`case` compiled for `target` in `child` (kept for the caller's next case), or in a child of
+    its own when none is given."""
     base = dict(kernel=kernel, variant=case.variant, target=target, detail=case.detail,
                 source_hash=case.rendered.source_hash, expected=expected)
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)  # cross-compiling needs the real compiler
+    own = child is None
+    c = CompilerChild() if child is None else child
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "tuner.compile"],
-            input=json.dumps(_request(case, target)),
-            capture_output=True, text=True, timeout=timeout, env=env,
-            cwd=str(Path(__file__).resolve().parent.parent),
-        )
-    except subprocess.TimeoutExpired:
-        return CompileResult(status="illegal", error=f"compile timed out after {timeout:.0f}s", **base)
-    if proc.returncode != 0:
-        how = f"killed by signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        return CompileResult(status="illegal", error=f"{_last_words(proc.stderr)} ({how})", **base)
-    try:
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return CompileResult(status="illegal", error=f"child wrote no result: {_last_words(proc.stderr)}", **base)
+        out, stderr, why = c.request(_request(case, target), timeout)
+    finally:
+        if own:
+            c.close()
+    if out is None:
+        if why.startswith("compile timed out"):
+            return CompileResult(status="illegal", error=why, **base)
+        if why == "child wrote no result":
+            return CompileResult(status="illegal", error=f"{why}: {_last_words(stderr)}", **base)
+        return CompileResult(status="illegal", error=f"{_last_words(stderr)} ({why})", **base)
     error = out.get("error")
-    if error and re.search(r"error", proc.stderr, re.I):
+    if error and re.search(r"error", stderr, re.I):
         # Some exceptions only point at the log (LLD: "failed to link ... because"): the assembler's
         # own words went to the child's stderr.
-        error = f"{error}\n{_last_words(proc.stderr)}"
+        error = f"{error}\n{_last_words(stderr)}"
     return CompileResult(
         status=out["status"], registers=out.get("registers"), spills=out.get("spills"),
         shared_bytes=out.get("shared_bytes"), occupancy=out.get("occupancy"), error=error, **base,
@@ -107,20 +170,33 @@ def compile_in_child(kernel: str, case: XCompileCase, target: str, expected: str
 
 
 def xcompile(kernel: str, targets: Sequence[str], jobs: int | None = None) -> list[CompileResult]:
-    """Every variant of `kernel` on every target in `targets`, compiled in parallel children."""
+    """Every variant of `kernel` on every target in `targets`, compiled by `jobs` children at once,
+    each child serving case after case."""
     from tuner.kernels import get_family
 
     fam = get_family(kernel)
     work = [(case, t) for case in fam.xcompile_cases() for t in targets]
+    n = jobs or max(1, os.cpu_count() or 1)
+    children: queue.Queue[CompilerChild] = queue.Queue()
+    for _ in range(n):
+        children.put(CompilerChild())
 
     def one(item: tuple[XCompileCase, str]) -> CompileResult:
         case, t = item
         illegal = fam.legality(case.variant, t) or (case.only_targets and t not in case.only_targets)
         expected = "illegal" if illegal else "legal"
-        return compile_in_child(kernel, case, t, expected)
+        child = children.get()
+        try:
+            return compile_in_child(kernel, case, t, expected, child=child)
+        finally:
+            children.put(child)
 
-    with ThreadPoolExecutor(max_workers=jobs or max(1, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, work))
+    try:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(one, work))
+    finally:
+        while not children.empty():
+            children.get().close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,9 +436,14 @@ def _child(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    req = json.loads(sys.stdin.read())
-    result = _child(req)
-    sys.stdout.write("\n" + json.dumps(result) + "\n")
+    # Results go out on a copy of fd 1; fd 1 itself then points at stderr, so whatever a compiler
+    # or Triton prints lands in the parent's log of this child, never in the result stream.
+    results = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        if line.strip():
+            results.write(json.dumps(_child(json.loads(line))) + "\n")
+            results.flush()
 
 
 def format_table(results: Iterable[CompileResult]) -> str:

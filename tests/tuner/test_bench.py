@@ -17,7 +17,7 @@ from tuner.bench.protocol import BenchUnavailable, Candidate, Measurement
 from tuner.bench.runner import BenchRunner
 from tuner.bench.simulation import (SimulatedRunner, load_table, new_table, save_table, synthetic_table,
                                    table_put)
-from tuner.compile import SHARED_LIMIT, compile_candidate
+from tuner.compile import SHARED_LIMIT, CompilerChild, compile_candidate, compile_in_child
 from catalog.core import Bucket, Config, TrialStatus
 from tuner.kernels import get_family
 from catalog.families.pack import pack_key
@@ -164,6 +164,37 @@ def test_compile_candidate_static_stats_prune(monkeypatch: pytest.MonkeyPatch) -
     assert r.registers and r.registers > 0 and r.spills == 0 and r.shared_bytes and r.shared_bytes > 1
     assert r.status == "out_of_resources" and r.prune_status() == "out_of_resources"
     assert "shared memory" in (r.error or "")
+
+
+def test_one_compiler_child_serves_case_after_case_through_an_abort_and_a_timeout(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """xcompile's children serve many cases each: a case whose compile ends the child (LLVM's fatal
+    error on PTX inline asm for AMD), or outlasts its timeout, is an illegal row with the reason, and the same
+    CompilerChild compiles the next case in a new process; a compile's own prints never reach the
+    result stream."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # cold: the timeout below cannot be met from a cache
+    cases = {c.variant: c for c in get_family("pack").xcompile_cases() if c.detail == "nvfp4_288"}
+    child = CompilerChild()
+    try:
+        soft = compile_in_child("pack", cases["soft"], "gfx942", child=child)
+        pid = child._proc.pid if child._proc else None
+        swar = compile_in_child("pack", cases["swar"], "gfx942", child=child)
+        assert child._proc is not None and child._proc.pid == pid  # kept across the cases that compile
+        aborted = compile_in_child("pack", cases["ptx"], "gfx942", child=child)
+        assert child._proc is None  # the fatal error took the process with it
+        again = compile_in_child("pack", cases["swar"], "gfx942", child=child)
+        assert child._proc is not None and child._proc.pid != pid
+        slow = compile_in_child("pack", cases["swar"], "sm_90", timeout=0.05, child=child)
+        after = compile_in_child("pack", cases["soft"], "sm_90", child=child)
+    finally:
+        child.close()
+    assert soft.status == swar.status == again.status == after.status == "compiled", (soft, swar, again, after)
+    assert again == swar and soft.registers and swar.registers and after.registers and after.spills is not None
+    assert aborted.status == "illegal" and "unknown asm constraint 'f'" in (aborted.error or ""), aborted
+    assert (aborted.error or "").endswith("(exit 1)"), aborted.error  # LLVM's fatal error exits the child
+    assert slow.status == "illegal" and slow.error == "compile timed out after 0s", slow
+    # A child a case gives the same answer.
+    assert compile_in_child("pack", cases["soft"], "gfx942") == soft
 
 
 _PTXAS_LOG_CHECK = """
