@@ -282,8 +282,9 @@ def candidate_case(family: Any, key: Any, config: Any) -> tuple[XCompileCase | N
 
 
 def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeout: float = COMPILE_TIMEOUT_S,
-                      prune_spills: bool = True) -> CandidateCompile:
-    """Compile one candidate for `target` in a child process and judge its static stats.
+                      prune_spills: bool = True, child: CompilerChild | None = None) -> CandidateCompile:
+    """Compile one candidate for `target` in a child process (`child`, kept by the caller for its
+    next candidate, or one of its own) and judge its static stats.
 
     Over the target's shared-memory limit -> "out_of_resources"; register spills -> also
     "out_of_resources" when `prune_spills` (a spilling variant is slower than a smaller tile of the
@@ -307,7 +308,7 @@ def compile_candidate(family: str, key: Any, config: Any, target: str, *, timeou
     if case is None:
         return CandidateCompile(status="no_case")
     t0 = time.monotonic()
-    r = compile_in_child(family, case, target, timeout=timeout)
+    r = compile_in_child(family, case, target, timeout=timeout, child=child)
     dt = time.monotonic() - t0
     base = dict(registers=r.registers, spills=r.spills, shared_bytes=r.shared_bytes, occupancy=r.occupancy,
                 source_hash=case.rendered.source_hash, seconds=round(dt, 3), exact=exact)

@@ -29,10 +29,13 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from catalog.core import TrialStatus
 from tuner.bench.protocol import BenchUnavailable, Candidate, Measurement, TimingOptions, clip_error
+
+if TYPE_CHECKING:
+    from tuner.compile import CompilerChild
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "tuner.bench.child"
@@ -116,6 +119,7 @@ class BenchRunner:
         self._buf = b""
         self._info: dict[str, str] = {}
         self._compiled: dict[tuple[str, str, str], Any] = {}
+        self._compiler: CompilerChild | None = None  # started at the first precompile, kept for the rest
         self._finalizer: weakref.finalize | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -163,6 +167,9 @@ class BenchRunner:
         if self._err is not None:
             self._err.close()
             self._err = None
+        if self._compiler is not None:
+            self._compiler.close()
+            self._compiler = None
         self._buf = b""
 
     def _alive(self) -> bool:
@@ -256,12 +263,13 @@ class BenchRunner:
     def _precompile(self, c: Candidate) -> Any:
         if not self.precompile or self.target == "interp":
             return None
-        from tuner.compile import compile_candidate
+        from tuner.compile import CompilerChild, compile_candidate
 
         k = (c.family, json.dumps(c.key.to_json(), sort_keys=True), c.config.to_json())
         if k not in self._compiled:  # a config compiles the same for every bucket
-            self._compiled[k] = compile_candidate(c.family, c.key, c.config, self.target,
-                                                  timeout=self.compile_timeout_s, prune_spills=self.prune_spills)
+            self._compiler = self._compiler or CompilerChild()  # one compiler process for the runner's candidates
+            self._compiled[k] = compile_candidate(c.family, c.key, c.config, self.target, timeout=self.compile_timeout_s,
+                                                  prune_spills=self.prune_spills, child=self._compiler)
         return self._compiled[k]
 
     def _bench(self, c: Candidate) -> Measurement:
