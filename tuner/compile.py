@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -85,7 +85,7 @@ class CompilerChild:
     A request that kills the child (an abort in a compiler backend), outlasts its timeout (the
     child is killed) or gets no result line is an `illegal` result with the compiler's last words,
     and the next request starts a new child. Its stderr goes to a temporary file, read back a
-    request at a time, so a chatty compiler never fills a pipe and blocks."""
+    request at a time, so a chatty compiler never fills a pipe and blocks. One thread at a time."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
@@ -101,7 +101,9 @@ class CompilerChild:
 
     def request(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str, str]:
         """(the child's result or None, stderr written during this request, why there is none)."""
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        if self._proc is not None and self._proc.poll() is not None:
+            self.close()  # it died between requests
+        proc = self._proc or self._start()
         assert proc.stdin is not None and proc.stdout is not None
         self._err.seek(0, os.SEEK_END)
         mark = self._err.tell()
@@ -116,17 +118,21 @@ class CompilerChild:
                 why = f"compile timed out after {timeout:.0f}s"
         except BrokenPipeError:
             pass
-        if not line:
-            if not why:
+        if not line and not why:
+            try:
                 rc = proc.wait(timeout=30)
                 why = f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
-            self.close()
-        self._err.seek(mark)
-        err = self._err.read()
+            except subprocess.TimeoutExpired:
+                why = "child closed its results but did not exit"
         try:
-            return (json.loads(line), err, "") if line else (None, err, why)
+            out = json.loads(line) if line else None
         except ValueError:
-            return None, err, "child wrote no result"
+            why = "child wrote no result"
+            out = None
+        if out is None:
+            self.close()  # dead, hung or out of step: the next request gets a new child
+        self._err.seek(mark)
+        return out, self._err.read(), why
 
     def close(self) -> None:
         if self._proc is not None:
