@@ -61,3 +61,16 @@ def test_abba_runs_average_each_side_and_cancel_a_drift(tmp_path: Path) -> None:
     # A call cut short after head2: one second run without the other is refused, not half-averaged.
     (tmp_path / "base2" / "decode_hm_h200.json").unlink()
     assert main([str(tmp_path), "ab_cut", "--title", "t", "--results", str(res)]) == 1
+
+
+def test_a_call_on_another_card_is_read_under_its_renamed_stem(tmp_path: Path) -> None:
+    # h200_session.sh renames a call's result files for the card it ran on (decode_hm_h100.json on an
+    # H100): the default stem finds them without --stem, and the table carries the card it names.
+    prov = {**PROV, "gpu": "NVIDIA H100 80GB HBM3"}
+    for side, us in (("base", 37.5), ("head", 37.1)):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "decode_hm_h100.json").write_text(json.dumps({"provenance": prov, "rows": [_row(128, 64, us)]}))
+    res = tmp_path / "results"
+    assert main([str(tmp_path), "ab_h100", "--title", "t", "--results", str(res)]) == 0
+    md = (res / "ab_h100.md").read_text()
+    assert "NVIDIA H100" in md and "| 37.50 | 37.10 | 0.989 |" in md
