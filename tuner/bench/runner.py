@@ -145,7 +145,8 @@ class BenchRunner:
         return self._proc.pid if self._proc and self._proc.poll() is None else None
 
     def close(self, graceful: bool = True) -> None:
-        """Stop the child: ask it to exit (graceful), else or then kill its process group."""
+        """Stop the child: ask it to exit (graceful), else or then kill its process group; and the
+        compiler child (the next precompile starts another)."""
         proc = self._proc
         self._proc = None
         if proc is not None:
