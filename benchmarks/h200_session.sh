@@ -4,6 +4,7 @@
 # results go under $OUT.
 #
 #   bash benchmarks/h200_session.sh tables           # pack, logits, decode tables (--resume)
+#   REQUIRE_CARD=H200 bash benchmarks/h200_session.sh pack-onerun   # exit 3 at once on any other card
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
@@ -27,6 +28,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/results" "$OUT/tables"
+# REQUIRE_CARD=H200: a call the tool ran on another card (it may give an H100 for nvidia-h200) stops here, exit 3,
+# before installing or compiling anything (an issue's record must be the H200's).
+if [ -n "${REQUIRE_CARD:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE_CARD"; then
+  echo "not a $REQUIRE_CARD: nothing run"; exit 3
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
 fi
