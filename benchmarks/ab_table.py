@@ -80,18 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="the call's $OUT, unpacked: base/ and head/ inside")
     ap.add_argument("name", help="the result files' stem under benchmarks/results/")
-    ap.add_argument("--stem", default="decode_hm_h200",
-                    help="the benchmark's result file stem (bench_decode_hm's); on another card, as h200_session.sh "
-                         "renamed it (decode_hm_h100 on an H100), which is taken when the default is not there")
+    ap.add_argument("--stem", help="the benchmark's result file stem (default: bench_decode_hm's, decode_hm_<card>, "
+                                    "as h200_session.sh names it for the card the call ran on)")
     ap.add_argument("--title", required=True)
     ap.add_argument("--intro", default="")
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args(argv)
-    if args.stem == "decode_hm_h200" and not (Path(args.out) / "base" / f"{args.stem}.json").exists():
-        # h200_session.sh renames a call's files for the card it ran on: one such file is the same result.
-        other = sorted((Path(args.out) / "base").glob("decode_hm_*.json"))
-        if len(other) == 1:
-            args.stem = other[0].stem
+    if args.stem is None:
+        found = sorted((Path(args.out) / "base").glob("decode_hm_*.json"))
+        args.stem = found[0].stem if len(found) == 1 else "decode_hm_h200"
     sides = {}
     for side in ("base", "head", "head2", "base2"):
         f = Path(args.out) / side / f"{args.stem}.json"

@@ -99,8 +99,9 @@ class CompilerChild:
                                       cwd=str(Path(__file__).resolve().parent.parent))
         return self._proc
 
-    def request(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str, str]:
-        """(the child's result or None, stderr written during this request, why there is none)."""
+    def request(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str]:
+        """(the child's result, the stderr it wrote meanwhile), or (None, the error of a request that
+        got no result: why, with the compiler's last words)."""
         if self._proc is not None and self._proc.poll() is not None:
             self.close()  # it died between requests
         proc = self._proc or self._start()
@@ -129,10 +130,16 @@ class CompilerChild:
         except ValueError:
             why = "child wrote no result"
             out = None
-        if out is None:
-            self.close()  # dead, hung or out of step: the next request gets a new child
         self._err.seek(mark)
-        return out, self._err.read(), why
+        err = self._err.read()
+        if out is not None:
+            return out, err
+        self.close()  # dead, hung or out of step: the next request gets a new child
+        if why.startswith("compile timed out"):
+            return None, why
+        if why == "child wrote no result":
+            return None, f"{why}: {_last_words(err)}"
+        return None, f"{_last_words(err)} ({why})"
 
     def close(self) -> None:
         if self._proc is not None:
@@ -151,24 +158,19 @@ def compile_in_child(kernel: str, case: XCompileCase, target: str, expected: str
     its own when none is given."""
     base = dict(kernel=kernel, variant=case.variant, target=target, detail=case.detail,
                 source_hash=case.rendered.source_hash, expected=expected)
-    own = child is None
-    c = CompilerChild() if child is None else child
+    c = child or CompilerChild()
     try:
-        out, stderr, why = c.request(_request(case, target), timeout)
+        out, text = c.request(_request(case, target), timeout)  # text: its stderr, or the error of no result
     finally:
-        if own:
+        if child is None:
             c.close()
     if out is None:
-        if why.startswith("compile timed out"):
-            return CompileResult(status="illegal", error=why, **base)
-        if why == "child wrote no result":
-            return CompileResult(status="illegal", error=f"{why}: {_last_words(stderr)}", **base)
-        return CompileResult(status="illegal", error=f"{_last_words(stderr)} ({why})", **base)
+        return CompileResult(status="illegal", error=text, **base)
     error = out.get("error")
-    if error and re.search(r"error", stderr, re.I):
+    if error and re.search(r"error", text, re.I):
         # Some exceptions only point at the log (LLD: "failed to link ... because"): the assembler's
         # own words went to the child's stderr.
-        error = f"{error}\n{_last_words(stderr)}"
+        error = f"{error}\n{_last_words(text)}"
     return CompileResult(
         status=out["status"], registers=out.get("registers"), spills=out.get("spills"),
         shared_bytes=out.get("shared_bytes"), occupancy=out.get("occupancy"), error=error, **base,

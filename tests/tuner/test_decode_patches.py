@@ -1,7 +1,7 @@
 """benchmarks/patches/: changes prepared for a device call (h200_session.sh applies one to the device's
 copy of the tree, times it against the tree as it is and runs its GPU tests). Each must still apply
-to this tree and build what it says, or the call it waits for is wasted. (None waits when the folder
-is empty: the test's parameter set is empty then, and pytest reports it skipped.)"""
+to this tree, or the call it waits for is wasted. (None waits when the folder is empty: the test's
+parameter set is empty then, and pytest reports it skipped.)"""
 
 from __future__ import annotations
 
