@@ -6,6 +6,8 @@
 #   bash benchmarks/h200_session.sh tables           # pack, logits, decode tables (--resume)
 #   REQUIRE_CARD=H200 bash benchmarks/h200_session.sh pack-onerun   # exit 3 at once on any other card
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
+#   bash benchmarks/h200_session.sh merge-tests merge-share   # COMBINE=fused's GPU tests; what the split merge costs,
+#                                                    # and the picks with it merged in the kernel, at small T
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
@@ -74,7 +76,7 @@ apply_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|merge-tests|merge-share|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -336,6 +338,17 @@ for phase in "$@"; do
         --budget-s $(( $(left) / 2 - 60 )) --name "decode_h$h" --out "$OUT/results" >"$OUT/bench_decode_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/bench_decode_h$h.log"
     done
+    ;;
+  merge-tests)  # the GPU tests of COMBINE=fused on the heads-on-N builds (the token's programs merging their partials)
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py tests/tuner/test_warmup.py \
+      -p no:cacheprovider -rA -k "${MERGE_K:-merge_in_kernel or wgmma_decode_keys}" \
+      >"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log"
+    ;;
+  merge-share)  # what the split merge (decode_combine) costs the wgmma picks at small T: whole, without it, alone
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_merge_share.py --name decode_merge_share_h200 --out "$OUT/results" \
+      >"$OUT/decode_merge_share.log" 2>&1
+    echo "decode_merge_share rc=$?" >>"$OUT/decode_merge_share.log"
     ;;
   decode)
     d_s=${DECODE_S:-$(( $(left) - 10 ))}

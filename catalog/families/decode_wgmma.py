@@ -99,6 +99,11 @@ WGMMA_CLUSTER_OFFSETS: dict[str, dict[str, int]] = {
 WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
                                         "wgmma_hmpvc")
 
+# The builds whose programs can merge a token's partials themselves (COMBINE=fused: the template's
+# _merge_slices, each program a slice of D, where the launch's grid fits the SMs) instead of by
+# decode_combine, a second kernel (COMBINE=kernel); the heads-on-N builds, 16 or 32 heads a program.
+WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws")
+
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
 # buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" / "wgmma_wss"
@@ -159,10 +164,12 @@ def wgmma_config(cfg: Config) -> Config:
     e2m1 lookups are its own). It keeps its split count (NUM_SPLITS, see `wgmma_plan`) and, if it
     is already a wgmma config, its warps (4 or 8: one warpgroup or two; the heads-on-M build runs
     WGMMA_HM_WARPS, the warp-specialised one WGMMA_WS_WARPS); another config comes onto the path
-    with the seed's 4. The builds of WGMMA_PREFETCH_MMAS keep its PREFETCH too."""
+    with the seed's 4. The builds of WGMMA_PREFETCH_MMAS keep its PREFETCH too, those of
+    WGMMA_MERGE_MMAS its COMBINE."""
     mma = cfg["MMA"] if is_wgmma(cfg) else "wgmma"
     warps = WGMMA_BUILD_WARPS.get(mma, cfg["num_warps"] if is_wgmma(cfg) else WGMMA_WARPS)
-    fixed = {k: v for k, v in WGMMA_FIXED.items() if not (k == "PREFETCH" and mma in WGMMA_PREFETCH_MMAS)}
+    fixed = {k: v for k, v in WGMMA_FIXED.items() if not (k == "PREFETCH" and mma in WGMMA_PREFETCH_MMAS)
+             and not (k == "COMBINE" and mma in WGMMA_MERGE_MMAS)}
     return cfg.replace(MMA=mma, backend="soft", num_warps=warps, **fixed)
 
 

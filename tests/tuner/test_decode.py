@@ -644,6 +644,26 @@ def test_wgmma_plan_covers_every_tile_once() -> None:
     assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 512, 128, dev, head_groups=2) == (2, 5)
 
 
+def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pytest.MonkeyPatch) -> None:
+    # COMBINE=fused on the heads-on-N builds: each program waits for its token's others, so the
+    # launch merges in the kernel only where every program is resident at once (no more programs
+    # than SMs, one an SM) and a token's partials fit one block; else decode_combine merges.
+    import tuner.kernels.decode.launch as L
+
+    monkeypatch.setattr(L, "sm_count", lambda device: 132)
+    dev = torch.device("cpu")
+    assert L.merge_fits(10, 10, dev) and L.merge_fits(2, 128, dev) and L.merge_fits(16, 132, dev)
+    assert not L.merge_fits(1, 1, dev)  # one program a token: nothing to merge
+    assert not L.merge_fits(2, 133, dev)  # a program could wait on one not yet resident
+    assert not L.merge_fits(32, 32, dev)  # more partials than the merge's block
+    # The path keeps COMBINE on the builds that merge themselves, fixes it on the others.
+    for mma in ("wgmma", "wgmma_ws"):
+        cfg = wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA=mma, COMBINE="fused"))
+        assert cfg["COMBINE"] == "fused" and space("nvfp4_288", "fp8_528").infeasible(cfg) is None
+    hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hmpv", COMBINE="fused"))
+    assert hm["COMBINE"] == "kernel"
+
+
 def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     from catalog.families.decode_wgmma import SM90_SHARED_MAX, WGMMA_SHARED_SLACK, wgmma_heads, wgmma_shared_bytes
 
@@ -1167,6 +1187,65 @@ def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, st
                 why = verify_decode(comp, win, i, out)
                 assert why is None, (heads, t, splits, sink, why)
                 assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("build", [("wgmma", 4), ("wgmma", 8), ("wgmma_ws", 4)], ids=lambda b: f"{b[0]}-{b[1]}w")
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
+def test_wgmma_merge_in_kernel_matches_the_merge_kernel_on_sm90(pair: tuple[str, str], build: tuple[str, int]) -> None:
+    """COMBINE=fused on the heads-on-N builds: a token's programs merge their partials themselves
+    (arrive, wait for the others, each a slice of D). At 16, 24 and 128 heads, T = 1, 8, 64, splits
+    auto / 4 / 16 (where the grid outgrows the SMs or a token has more than 16 partials the launch
+    falls back to decode_combine: checked too), sink on and off, a token whose lists are all -1:
+    outputs poisoned, then within a bf16 step of the merge kernel's and checked against the float64
+    reference; the counters left zero after every launch; the same launch replayed three times from
+    a CUDA graph."""
+    from tuner.kernels.decode.launch import merge_fits, wgmma_program_heads
+
+    comp, win = pair
+    mma, warps = build
+    kernel = wgmma_config(default_config(comp, win).replace(MMA=mma)).replace(num_warps=warps)
+    fused = kernel.replace(COMBINE="fused")
+    merged_in_kernel = 0
+    for heads in (16, 24, 128):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            for splits, sink in ((0, True), (4, False), (16, t == 1)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                want = run_decode(comp, win, kernel.replace(NUM_SPLITS=splits), i)
+                want = (want[0].clone(), want[1].clone())
+                _poison(i)
+                got = run_decode(comp, win, fused.replace(NUM_SPLITS=splits), i)
+                where = (heads, t, splits, sink)
+                assert verify_decode(comp, win, i, got) is None, (where, verify_decode(comp, win, i, got))
+                assert torch.allclose(got[0].float(), want[0].float(), rtol=2 ** -7, atol=1e-6), where
+                assert torch.allclose(got[1], want[1], rtol=1e-6, atol=1e-6), where  # -inf where both have no key
+                assert bool((got[0][t // 2] == 0).all()) and bool(torch.isneginf(got[1][t // 2]).all()), where
+                hb = wgmma_program_heads(fused, heads, comp, win)
+                groups = -(-heads // hb)
+                parts, _ = wgmma_plan(fused.replace(NUM_SPLITS=splits), t, 512, 128, torch.device("cuda"), groups)
+                merged_in_kernel += merge_fits(parts, t * parts * groups, torch.device("cuda"))
+    assert merged_in_kernel >= 6  # the in-kernel merge ran, not only the fallback
+    from tuner.kernels.decode.launch import _MERGE_COUNTERS
+
+    assert all(int(c.abs().sum()) == 0 for c in _MERGE_COUNTERS[torch.device("cuda", torch.cuda.current_device())])
+    # Replayed from a CUDA graph: the counters the capture saw are left zero by each replay.
+    inp = make_decode_inputs(comp, win, 4, 16, 512, 128, "cuda", seed=3)
+    want = run_decode(comp, win, kernel, inp)
+    want = (want[0].clone(), want[1].clone())
+    run_decode(comp, win, fused, inp)  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_decode(comp, win, fused, inp)
+    for _ in range(3):
+        _poison(inp)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.allclose(inp["out"][0].float(), want[0].float(), rtol=2 ** -7, atol=1e-6)
+        assert torch.allclose(inp["out"][1], want[1], rtol=1e-6, atol=1e-6)
+    assert merge_fits(10, 4 * 10, torch.device("cuda"))  # T=4: 10 programs a token, merged in the kernel
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

@@ -307,12 +307,14 @@ def test_gpu_wgmma_keys_warm_every_launch_over_2gib() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an sm_90 GPU to record, compile for and launch on")
-def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
+@pytest.mark.parametrize("combine", ["kernel", "fused"])
+def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib(combine: str) -> None:
     # The decode tile's wgmma path: a Gluon kernel plus the Triton module's decode_combine, launched
-    # as its programmatic dependent (launch_pdl, a launch option its key must carry). Keys recorded
-    # on the GPU for T = 1..4 (split counts follow the SM count), warmed from the sources a bundle
-    # stores (`modules`), then every T served for real on small pools and on a compressed pool over
-    # 2 GiB: nothing may compile.
+    # as its programmatic dependent (launch_pdl, a launch option its key must carry); with
+    # COMBINE=fused the kernel's programs merge their partials themselves at these T (its MERGE
+    # constexprs in the keys, no decode_combine launch). Keys recorded on the GPU for T = 1..4 (split
+    # counts follow the SM count), warmed from the sources a bundle stores (`modules`), then every T
+    # served for real on small pools and on a compressed pool over 2 GiB: nothing may compile.
     from tuner.kernels import get_family
     from catalog.families.decode import decode_key, default_config
     from catalog.families.decode_wgmma import wgmma_config
@@ -323,13 +325,18 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
         pytest.skip("the wgmma path is sm_90's")
     fam = get_family("decode")
     key = decode_key("nvfp4_288", "fp8_528", "sm_90")
-    cfg = wgmma_config(default_config("nvfp4_288", "fp8_528"))
+    cfg = wgmma_config(default_config("nvfp4_288", "fp8_528").replace(COMBINE=combine))
     keys = keys_for("decode", key, cfg, Bucket("T", 1, 4), "sm_90", device="cuda")
     sources = {r.source_hash: r.source for r in fam.modules(key, cfg)}
-    assert {k.source_hash for k in keys} == set(sources)  # both modules, nothing a bundle would lack
-    combine = [k for k in keys if k.fn == "decode_combine"]
-    assert combine and all(dict(k.options).get("launch_pdl") is True for k in combine)
-    assert any(k.fn == "decode_wgmma_kernel" for k in keys)
+    merges = [k for k in keys if k.fn == "decode_combine"]
+    mains = [k for k in keys if k.fn == "decode_wgmma_kernel"]
+    assert mains
+    if combine == "kernel":
+        assert {k.source_hash for k in keys} == set(sources)  # both modules, nothing a bundle would lack
+        assert merges and all(dict(k.options).get("launch_pdl") is True for k in merges)
+    else:  # merged in the kernel at T <= 4 (at most 40 programs); the merge module stays for larger T
+        assert {k.source_hash for k in keys} < set(sources) and not merges
+        assert all(a.spec is True for k in mains for a in k.args if a.name == "MERGE")
     # Earlier tests of this process may have compiled these binaries already: forget them, so that
     # warm() has to compile every key and serving without compiles proves warm() did it.
     from triton.runtime.jit import JITFunction
@@ -341,7 +348,7 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib() -> None:
             if isinstance(fn, JITFunction):
                 fn.device_caches.clear()
     report = warm(keys, sources)
-    assert report.compiled >= 2 and not report.failed, report.failed  # the wgmma kernel and its merge at least
+    assert report.compiled >= (2 if combine == "kernel" else 1) and not report.failed, report.failed  # the kernel, its merge
     for n in range(1, 5):
         inp = fam.make_inputs(key, Bucket("T", n, n), "cuda", seed=n)
         small = inp["comp_cache"]

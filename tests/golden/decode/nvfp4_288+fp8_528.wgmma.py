@@ -47,6 +47,85 @@ def _launch_dependents():
                               pack=1)
 
 
+# MERGE (the launch's COMBINE=fused, heads on N): a token's programs merge their partials together
+# instead of a second kernel. Each program stores its partial, arrives on its (token, head group)'s
+# counter, waits until all n_parts have arrived, then merges dims slices of them, so the merge is
+# spread over the programs as decode_combine spreads it over its own, without that kernel's launch
+# and its wait for the whole grid's end. Every program of the launch must be resident at once (one
+# waits for the others): the launcher merges this way only where the grid fits the SMs
+# (`merge_fits`). The counters (arrivals, departures; zero before a launch) are left zero by the
+# last program to depart, so CUDA graphs replay them.
+@gluon.jit
+def _arrive_and_wait(cnt_ptr, n_parts):
+    # Arrival: the barrier orders every thread's partial stores before the (one-thread) release
+    # atomic; the acquire loads then see the others' partials, as the barrier after passes them on.
+    gl.thread_barrier()
+    gl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
+    r = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+    while r < n_parts:
+        r = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _depart(cnt_ptr, n_parts):
+    # The last program of the token to leave the merge resets both counters (every program has
+    # passed its wait by then).
+    gl.thread_barrier()
+    n = gl.atomic_add(cnt_ptr + 1, 1, sem="relaxed", scope="gpu")
+    if n == n_parts - 1:
+        gl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
+        gl.atomic_xchg(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, n_parts, n_heads, h0,
+                  HB: gl.constexpr, MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr):
+    # This program's share of its token's merge (decode_combine's arithmetic): of D's MERGE_S
+    # slices of D // MERGE_S dims, slice sp and every n_parts-th after it, for the program's HB
+    # heads, every partial's [HB, dims] block in one load (MERGE_S >= n_parts rows, masked), so all
+    # of them are in flight at once. MERGE_S * HB * (D // MERGE_S) = HB * D elements, 64 a thread.
+    SW: gl.constexpr = D // MERGE_S
+    nw: gl.constexpr = gl.num_warps()
+    l3: gl.constexpr = _lay(gl.BlockedLayout([1, 1, 4], [1, 4, 8], [1, nw, 1], [2, 1, 0]))
+    sh_l: gl.constexpr = gl.SliceLayout(2, l3)  # [S, H]
+    hd_l: gl.constexpr = gl.SliceLayout(0, l3)  # [H, D]
+    s = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, sh_l))
+    h = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, sh_l))
+    # Rows of the token's partials from its first: 32-bit offsets past one 64-bit base.
+    row = s[:, None] * n_heads + h[None, :]
+    mask = (s[:, None] < n_parts) & (h < n_heads)[None, :]
+    ml_base = part_ml_ptr + t64 * n_parts * n_heads * 2
+    # .cg: the partials were written by other SMs during this launch; read them from L2.
+    ms = gl.load(ml_base + row * 2, mask=mask, other=float("-inf"), cache_modifier=".cg")
+    ls = gl.load(ml_base + row * 2 + 1, mask=mask, other=0.0, cache_modifier=".cg")
+    big = gl.max(ms, axis=0)
+    big_use = gl.where(big == float("-inf"), 0.0, big)
+    w = gl.exp2(ms - big_use[None, :])
+    l = gl.sum(ls * w, axis=0)
+    # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+    has = l > 0
+    m_use = gl.where(has, big, 0.0)
+    den = l
+    hmask = h < n_heads
+    if HAS_SINK:
+        den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+    inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+    lse = gl.where(has, (m_use + gl.log2(gl.where(has, l, 1.0))) * LN2, float("-inf"))
+    gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask & (sp == 0))
+    inv_d = gl.convert_layout(inv, gl.SliceLayout(1, hd_l))[:, None]
+    ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, hd_l))
+    dd = gl.arange(0, SW, layout=gl.SliceLayout(0, hd_l))
+    d3 = gl.arange(0, SW, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))[None, None, :]
+    o_base = part_o_ptr + t64 * n_parts * n_heads * D
+    for sl in range(sp, MERGE_S, n_parts):
+        parts = gl.load(o_base + (row * D)[:, :, None] + sl * SW + d3, mask=mask[:, :, None], other=0.0,
+                        cache_modifier=".cg")
+        acc = gl.sum(parts * w[:, :, None], axis=0)
+        gl.store(o_ptr + (t64 * n_heads + ho[:, None]) * D + sl * SW + dd[None, :], (acc * inv_d).to(gl.bfloat16),
+                 mask=(ho < n_heads)[:, None])
+
+
 @gluon.jit
 def _e4m3_scale_value(b):
     # e4m3fn scale byte (int32) -> fp32 (the conversion is exact; 0x7F / 0xFF are NaN). Unlike
@@ -809,6 +888,7 @@ def decode_wgmma_kernel(
     lse_ptr,  # [T, H] fp32, contiguous
     part_o_ptr,  # SPLIT: [T, P, H, D] fp32 unnormalised partial outputs, P = programs per token
     part_ml_ptr,  # SPLIT: [T, P, H, 2] fp32 (running max in log2 units, sum of exp2)
+    merge_cnt_ptr,  # MERGE: [T, head groups, 2] int32 (arrivals, departures), zero before and after a launch
     n_heads,
     topk,
     window,
@@ -826,6 +906,8 @@ def decode_wgmma_kernel(
     COMP_SHIFT: gl.constexpr,  # log2 of the compressed cache's page size, -1 if not a power of two
     WIN_SHIFT: gl.constexpr,  # the same for the window cache
     SPLIT: gl.constexpr,
+    MERGE: gl.constexpr,  # SPLIT, merged by the token's programs together (_merge_slices), not decode_combine
+    MERGE_S: gl.constexpr,  # MERGE: a power of two >= the programs a token (the merge's slices of D)
     HAS_SINK: gl.constexpr,
     num_warps: gl.constexpr,
 ):
@@ -923,7 +1005,7 @@ def decode_wgmma_kernel(
     m_i, l_r, o0, o1, o2, o3 = _win_pass(win_ptr, widx_row, window, w0, w1, w_slot, w_slot_n,
                                           win_page_size, win_page_bytes, kv_smem, q_smem, p_smem, w_rows, w_srows,
                                           m_i, l_r, o0, o1, o2, o3, scale_log2, kl, wL, s_l, o_l, WIN_SHIFT)
-    if SPLIT:
+    if SPLIT and not MERGE:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
 
@@ -942,6 +1024,12 @@ def decode_wgmma_kernel(
         gl.store(base + 3 * CHUNK, o3, mask=ohm)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            _arrive_and_wait(cnt, gl.num_programs(1))
+            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
+                          HB, MERGE_S, HAS_SINK)
+            _depart(cnt, gl.num_programs(1))
     else:
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0
@@ -1363,11 +1451,11 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
 
 @gluon.jit
 def decode_wgmma_ws_kernel(
-    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr, merge_cnt_ptr,
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2, share_ws, share_cnt, share_rdy,
-    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
-    HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr, num_warps: gl.constexpr,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr, MERGE: gl.constexpr,
+    MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr, num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
     # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16; PREFETCH: the
@@ -1424,7 +1512,7 @@ def decode_wgmma_ws_kernel(
                         ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
                         gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
-    if SPLIT:
+    if SPLIT and not MERGE:
         _launch_dependents()
     l_i = gl.sum(l_r, axis=0)
 
@@ -1443,6 +1531,12 @@ def decode_wgmma_ws_kernel(
         gl.store(base + 3 * CHUNK, o3, mask=ohm)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            _arrive_and_wait(cnt, gl.num_programs(1))
+            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
+                          HB, MERGE_S, HAS_SINK)
+            _depart(cnt, gl.num_programs(1))
     else:
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0

@@ -20,7 +20,7 @@ from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEAD
                                      has_e2m1, render_variant, render_wgmma, space)
 from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_MMAS, WGMMA_HM_HEADS,
                                            WGMMA_HM_MMAS, WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
-                                           WGMMA_SHARE_MMAS, is_wgmma, wgmma_heads, wgmma_legality)
+                                           WGMMA_MERGE_MMAS, WGMMA_SHARE_MMAS, is_wgmma, wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -425,12 +425,17 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     ws, cnt, rdy = shared_tiles(n_tok * parts * per, groups, q.device) if share else (None, None, None)
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
     grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
+    takes_merge = name in WGMMA_MERGE_MMAS
+    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
+    merge_cnt = merge_counters(n_tok * groups, q.device) if merge else topk_idx  # any int32 keeps the signature
     args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
+            *((merge_cnt,) if takes_merge else ()),
             heads, topk, window, page_size, page_bytes(cf, page_size), wps, page_bytes(wf, wps),
             q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
             *((ws, cnt, rdy) if takes_share else ()))
     kw: dict[str, Any] = dict(
         HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
+        **({"MERGE": merge, "MERGE_S": triton.next_power_of_2(parts) if merge else 1} if takes_merge else {}),
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
         **({"SHARE": share} if takes_share else {}),
@@ -439,7 +444,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if cluster:
         check_once(kernel, grid, args, kw, mod.PEER_OFFSETS)
     kernel[grid](*args, **kw)
-    if parts > 1:
+    if parts > 1 and not merge:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
         # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it
         # after its key loop (sm_90 has PDL).
@@ -465,6 +470,33 @@ def shared_tiles(n_tiles: int, groups: int, device: torch.device) -> tuple[torch
         n = max(n_tiles, 2 * held[-1][1].numel() if held else 0)
         held.append((torch.empty(n, 4 * WGMMA_BLOCK_N * 128, dtype=torch.bfloat16, device=device),
                      torch.zeros(n, dtype=torch.int32, device=device), torch.zeros(n, dtype=torch.int32, device=device)))
+    return held[-1]
+
+
+# The most partials a token's programs merge together (MERGE_S rows of one block load: 16 x 16 heads x
+# 32 dims, 64 a thread at 4 warps).
+MERGE_MAX_PARTS = 16
+# Per device, the merge's barrier words (two int32 a token and head group: the arrivals, which the
+# last to arrive resets, and a flag it flips): zeroed once, and no launch needs them reset, so CUDA
+# graphs replay them. A launch with more tokens gets a larger tensor; the smaller ones stay alive for
+# graphs that captured them. One stream at a time, as the shared tiles' words.
+_MERGE_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
+    """Whether a launch's programs may merge their partials themselves (COMBINE=fused on the
+    heads-on-N builds): each waits for its token's others, so every program of the grid must be
+    resident at once (one an SM: the path's shared memory) -- no more programs than SMs -- and a
+    token's partials must fit the merge's one block load (MERGE_MAX_PARTS). Otherwise
+    decode_combine merges them."""
+    return 1 < parts <= MERGE_MAX_PARTS and programs <= sm_count(device)
+
+
+def merge_counters(n: int, device: torch.device) -> torch.Tensor:
+    """Barrier words for `n` (token, head group) merges on `device` (the largest so far if it holds them)."""
+    held = _MERGE_COUNTERS.setdefault(device, [])
+    if not held or held[-1].numel() < 2 * n:
+        held.append(torch.zeros(2 * max(n, held[-1].numel() if held else 0), dtype=torch.int32, device=device))
     return held[-1]
 
 

@@ -15,7 +15,7 @@ from catalog.families.decode_wgmma import (WGMMA_CLUSTER_CTAS, WGMMA_HEADS, WGMM
                                            WGMMA_HM_WARPS, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
-from tuner.kernels.decode.launch import combine_tile
+from tuner.kernels.decode.launch import MERGE_MAX_PARTS, combine_tile
 from tuner.kernels.signature import kernel_signature
 
 # Triton's type of each runtime parameter of the family's kernels (decode_kernel, decode_combine,
@@ -28,7 +28,7 @@ ARG_TYPES: dict[str, str] = {
     "stride_qh": "i32", "stride_kt": "i32", "stride_wt": "i32", "comp_chunk": "i32", "win_chunk": "i32",
     "comp_splits": "i32", "tiles_per_prog": "i32", "n_split": "i32", "scale_log2": "fp32",
     "comp_len_ptr": "*i32", "win_len_ptr": "*i32", "comp_len_div": "i32", "win_len_div": "i32",
-    "share_ws": "*bf16", "share_cnt": "*i32", "share_rdy": "*i32",
+    "share_ws": "*bf16", "share_cnt": "*i32", "share_rdy": "*i32", "merge_cnt_ptr": "*i32",
 }
 
 CLUSTER_KERNEL = "decode_wgmma_hmpv_kernel"  # the cluster build's kernel (its own render)
@@ -65,6 +65,9 @@ def xcompile_cases() -> list[XCompileCase]:
             cases.append(wgmma_case(get_format(comp), get_format(win), split=False))
     cases.append(wgmma_case(cf, wf, split=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8))  # two warpgroups, 32 heads
+    # COMBINE=fused on the heads-on-N builds: the token's programs merge their partials (atomics, the spin).
+    cases.append(wgmma_case(cf, wf, split=True, merge=True))
+    cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HEADS_2WG, warps=8, merge=True))
     # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on both of issue 28's
     # pairs (the V4.1 pair's lists in one stage region).
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
@@ -73,6 +76,7 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
     cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
     cases.append(wgmma_case(cf, wf, split=True, build="ws", prefetch=True))  # its L2 prefetch (PREFETCH=1)
+    cases.append(wgmma_case(cf, wf, split=True, build="ws", merge=True))
     # The heads-on-M warp-specialised build (MMA=wgmma_hmws: a producer warpgroup beside the
     # heads-on-M consumer), both pairs.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
@@ -115,13 +119,14 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
                heads_on_m: bool = False, build: str = "", prefetch: bool = False, trace: bool = False,
-               share: bool = False) -> XCompileCase:
+               share: bool = False, merge: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
     heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
     `heads_on_m` the one whose consumer splits into a QK and a PV warpgroup (64 heads, 4 warps);
     `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead;
-    `trace`: the template's trace build (benchmarks/decode_timeline.py), with its last argument."""
+    `trace`: the template's trace build (benchmarks/decode_timeline.py), with its last argument;
+    `merge` (heads on N, split): the token's programs merging their 16 partials themselves (MERGE)."""
     rendered = render_wgmma(cf, wf, trace=trace)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
             (True, "pv"): "decode_wgmma_hmpv_kernel",
@@ -132,12 +137,14 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         kernel_name=name,
         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
-                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {})},
+                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {}),
+                    **({} if heads_on_m else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
         + (" warp-specialised QK/PV" if build == "pv" else "") + (" prefetch" if prefetch else "")
+        + (" merged in kernel" if merge else "")
         + (" shared tiles" if share else "")
         + (" trace" if trace else ""),
         aligned_ints=ALIGNED_INTS,
