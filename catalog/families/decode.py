@@ -221,14 +221,17 @@ class DecodeSpec(FamilySpec):
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
         """The wgmma path where it runs (sm_90, records it reads): a search measures it second (and,
-        above 16 heads, its two-warpgroup build third; above 32 the heads-on-M build, its warp-specialised
-        one and the QK / PV split with PREFETCH=1 next; where its buffers fit, the warp-specialised build
-        last), since a few TPE trials may not draw it (8 of a T=1 tune did not: tune_decode_wgmma_h200.log)."""
+        above 16 heads, it with the merge in the kernel third and its two-warpgroup build fourth;
+        above 32 the heads-on-M build, its warp-specialised one and the QK / PV split with
+        PREFETCH=1 next; where its buffers fit, the warp-specialised build last), since a few TPE
+        trials may not draw it (8 of a T=1 tune did not: tune_decode_wgmma_h200.log)."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))
-        # More heads than one warpgroup's 16: two warpgroups of 32 heads as well.
-        seeds = [seed] + ([seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
+        # More heads than one warpgroup's 16: the token's programs merging their partials themselves
+        # (COMBINE=fused: decode_combine's cost grows with the heads; H100, 2026-12-06, T=1, 128 heads
+        # 16.8 -> 10.9 us: benchmarks/results/merge_in_kernel/), and two warpgroups of 32 heads.
+        seeds = [seed] + ([seed.replace(COMBINE="fused"), seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
         # More than a two-warpgroup program's 32: 64 heads a program on M, its warp-specialised build
         # and its QK / PV split, with PREFETCH=1 (3-7% faster at T = 64: decode_hm_prefetch2_h200.md).
         if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):

@@ -220,10 +220,10 @@ def test_space_is_data() -> None:
     assert d["LISTS"] == "both" and d["COMBINE"] == "kernel"
     triton_grid = [c for c in grid if not is_wgmma(c)]
     assert sum(1 for c in triton_grid if c["LISTS"] == "apart" and c["COMBINE"] == "fused") * 6 == len(triton_grid)
-    # The wgmma path: one config per split count and warps (one warpgroup or two; its other
-    # parameters are fixed).
-    wg = sorted((c["num_warps"], c["NUM_SPLITS"]) for c in grid if c["MMA"] == "wgmma")
-    assert wg == [(w, s) for w in (4, 8) for s in (0, 1, 2, 4, 8, 16, 32)]
+    # The wgmma path: one config per split count, warps (one warpgroup or two) and merge (decode_combine,
+    # or the programs themselves); its other parameters are fixed.
+    wg = sorted((c["num_warps"], c["NUM_SPLITS"], c["COMBINE"]) for c in grid if c["MMA"] == "wgmma")
+    assert wg == [(w, s, m) for w in (4, 8) for s in (0, 1, 2, 4, 8, 16, 32) for m in ("fused", "kernel")]
     # No e2m1 side: no backend axis, and every backend renders the same module.
     assert cfg_backends("fp8_584", "fp8_584") == ("soft",)
     assert render_variant("fp8_584", "fp8_584", "ptx").source == render_variant("fp8_584", "fp8_584", "soft").source
@@ -678,13 +678,15 @@ def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
     # fp8_584 beside fp8_528: two lists' stage buffers leave no room for 16 heads' query; not read.
     assert wgmma_shared_bytes("fp8_528", "fp8_584", 16) + WGMMA_SHARED_SLACK > SM90_SHARED_MAX
     assert not wgmma_reads("fp8_528", "fp8_584") and not wgmma_reads("fp8_584", "fp8_528")
-    # The seeds of a search: the two-warpgroup build too where there are more heads than 16, the
-    # heads-on-M ones past 32 (the QK / PV split with PREFETCH=1), and the warp-specialised one last.
+    # The seeds of a search: where there are more heads than 16 the build with the merge in the kernel
+    # and the two-warpgroup build too, the heads-on-M ones past 32 (the QK / PV split with
+    # PREFETCH=1), and the warp-specialised one last.
     ws, hm, hmws = one.replace(MMA="wgmma_ws"), two.replace(MMA="wgmma_hm"), two.replace(MMA="wgmma_hmws")
     hmpv = _wgmma(*pair).replace(MMA="wgmma_hmpv", PREFETCH=1)
+    fused = one.replace(COMBINE="fused")
     assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=16), "sm_90") == [one, ws]
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=32), "sm_90") == [one, two, ws]
-    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, two, hm, hmws, hmpv, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=32), "sm_90") == [one, fused, two, ws]
+    assert FAMILY.seed_configs(decode_key(*pair, "sm_90", heads=64), "sm_90") == [one, fused, two, hm, hmws, hmpv, ws]
     assert FAMILY.seed_configs(decode_key(*pair, "gfx950", heads=64), "gfx950") == []
 
 
@@ -790,8 +792,8 @@ def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device
     assert SPEC.variant_of(hm) == "wgmma" and SPEC.render(decode_key("fp8_584", "fp8_584", "sm_90", 64), hm).source
     seeds = {h: [c["MMA"] for c in SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "sm_90", h), "sm_90")]
              for h in (16, 32, 64, 128)}
-    past32 = ["wgmma", "wgmma", "wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_ws"]
-    assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma_ws"], 64: past32, 128: past32}
+    past32 = ["wgmma", "wgmma", "wgmma", "wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_ws"]
+    assert seeds == {16: ["wgmma", "wgmma_ws"], 32: ["wgmma", "wgmma", "wgmma", "wgmma_ws"], 64: past32, 128: past32}
     assert [c["MMA"] for c in SPEC.seed_configs(decode_key("nvfp4_288", "fp8_528", "sm_90", 64), "sm_90")] == past32
     assert SPEC.seed_configs(decode_key("fp8_584", "fp8_584", "gfx950", 64), "gfx950") == []
 

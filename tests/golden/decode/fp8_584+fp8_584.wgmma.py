@@ -48,34 +48,36 @@ def _launch_dependents():
 
 
 # MERGE (the launch's COMBINE=fused, heads on N): a token's programs merge their partials together
-# instead of a second kernel. Each program stores its partial, arrives on its (token, head group)'s
-# counter, waits until all n_parts have arrived, then merges dims slices of them, so the merge is
-# spread over the programs as decode_combine spreads it over its own, without that kernel's launch
-# and its wait for the whole grid's end. Every program of the launch must be resident at once (one
-# waits for the others): the launcher merges this way only where the grid fits the SMs
-# (`merge_fits`). The counters (arrivals, departures; zero before a launch) are left zero by the
-# last program to depart, so CUDA graphs replay them.
+# instead of a second kernel. Each program stores its partial and meets the token's others at a
+# barrier, then merges dims slices of them, so the merge is spread over the programs as
+# decode_combine spreads it over its own, without that kernel's launch and its wait for the whole
+# grid's end. Every program of the launch must be resident at once (each waits for the others): the
+# launcher merges this way only where the grid fits the SMs (`merge_fits`). The barrier is a
+# sense-reversing one on two int32 words a (token, head group): the arrivals (zero between launches:
+# the last to arrive resets them) and a flag the last arrival flips; the flag is never reset, so
+# CUDA graphs replay it, whatever the split counts of the launches before.
 @gluon.jit
-def _arrive_and_wait(cnt_ptr, n_parts):
-    # Arrival: the barrier orders every thread's partial stores before the (one-thread) release
-    # atomic; the acquire loads then see the others' partials, as the barrier after passes them on.
-    gl.thread_barrier()
-    gl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
-    r = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-    while r < n_parts:
-        r = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-    gl.thread_barrier()
+def _merge_flag(cnt_ptr):
+    # The barrier's flag as it stands before this program arrives (it flips only once all of the
+    # token's programs, this one too, have): read early, so its trip hides under the partial stores.
+    return gl.atomic_add(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
-def _depart(cnt_ptr, n_parts):
-    # The last program of the token to leave the merge resets both counters (every program has
-    # passed its wait by then).
+def _merge_barrier(cnt_ptr, flag, n_parts):
+    # Arrival: the thread barrier orders every thread's partial stores before the (one-thread)
+    # acq_rel atomic, which publishes them at GPU scope; the last arrival resets the count and flips
+    # the flag with a release (passing on the partials it acquired), the others acquire-spin on it.
     gl.thread_barrier()
-    n = gl.atomic_add(cnt_ptr + 1, 1, sem="relaxed", scope="gpu")
+    n = gl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
     if n == n_parts - 1:
         gl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
-        gl.atomic_xchg(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
+        gl.atomic_xchg(cnt_ptr + 1, 1 - flag, sem="release", scope="gpu")
+    else:
+        f = gl.atomic_add(cnt_ptr + 1, 0, sem="acquire", scope="gpu")
+        while f == flag:
+            f = gl.atomic_add(cnt_ptr + 1, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
 
 
 @gluon.jit
@@ -83,8 +85,9 @@ def _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, n_
                   HB: gl.constexpr, MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr):
     # This program's share of its token's merge (decode_combine's arithmetic): of D's MERGE_S
     # slices of D // MERGE_S dims, slice sp and every n_parts-th after it, for the program's HB
-    # heads, every partial's [HB, dims] block in one load (MERGE_S >= n_parts rows, masked), so all
-    # of them are in flight at once. MERGE_S * HB * (D // MERGE_S) = HB * D elements, 64 a thread.
+    # heads, every partial's (max, sum) and [HB, dims] block loaded together (MERGE_S >= n_parts
+    # rows, masked), so all of them are in flight at once: one trip to L2 a slice.
+    # MERGE_S * HB * (D // MERGE_S) = HB * D elements, 64 a thread.
     SW: gl.constexpr = D // MERGE_S
     nw: gl.constexpr = gl.num_warps()
     l3: gl.constexpr = _lay(gl.BlockedLayout([1, 1, 4], [1, 4, 8], [1, nw, 1], [2, 1, 0]))
@@ -92,36 +95,36 @@ def _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, n_
     hd_l: gl.constexpr = gl.SliceLayout(0, l3)  # [H, D]
     s = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, sh_l))
     h = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, sh_l))
+    hmask = h < n_heads
     # Rows of the token's partials from its first: 32-bit offsets past one 64-bit base.
     row = s[:, None] * n_heads + h[None, :]
-    mask = (s[:, None] < n_parts) & (h < n_heads)[None, :]
+    mask = (s[:, None] < n_parts) & hmask[None, :]
     ml_base = part_ml_ptr + t64 * n_parts * n_heads * 2
-    # .cg: the partials were written by other SMs during this launch; read them from L2.
-    ms = gl.load(ml_base + row * 2, mask=mask, other=float("-inf"), cache_modifier=".cg")
-    ls = gl.load(ml_base + row * 2 + 1, mask=mask, other=0.0, cache_modifier=".cg")
-    big = gl.max(ms, axis=0)
-    big_use = gl.where(big == float("-inf"), 0.0, big)
-    w = gl.exp2(ms - big_use[None, :])
-    l = gl.sum(ls * w, axis=0)
-    # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
-    has = l > 0
-    m_use = gl.where(has, big, 0.0)
-    den = l
-    hmask = h < n_heads
-    if HAS_SINK:
-        den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
-    inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
-    lse = gl.where(has, (m_use + gl.log2(gl.where(has, l, 1.0))) * LN2, float("-inf"))
-    gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask & (sp == 0))
-    inv_d = gl.convert_layout(inv, gl.SliceLayout(1, hd_l))[:, None]
+    o_base = part_o_ptr + t64 * n_parts * n_heads * D
     ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, hd_l))
     dd = gl.arange(0, SW, layout=gl.SliceLayout(0, hd_l))
     d3 = gl.arange(0, SW, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))[None, None, :]
-    o_base = part_o_ptr + t64 * n_parts * n_heads * D
     for sl in range(sp, MERGE_S, n_parts):
+        # .cg: the partials were written by other SMs during this launch; read them from L2.
         parts = gl.load(o_base + (row * D)[:, :, None] + sl * SW + d3, mask=mask[:, :, None], other=0.0,
                         cache_modifier=".cg")
+        ms = gl.load(ml_base + row * 2, mask=mask, other=float("-inf"), cache_modifier=".cg")
+        ls = gl.load(ml_base + row * 2 + 1, mask=mask, other=0.0, cache_modifier=".cg")
+        big = gl.max(ms, axis=0)
+        big_use = gl.where(big == float("-inf"), 0.0, big)
+        w = gl.exp2(ms - big_use[None, :])
+        l = gl.sum(ls * w, axis=0)
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l > 0
+        m_use = gl.where(has, big, 0.0)
+        den = l
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask & (sl == 0))
         acc = gl.sum(parts * w[:, :, None], axis=0)
+        inv_d = gl.convert_layout(inv, gl.SliceLayout(1, hd_l))[:, None]
         gl.store(o_ptr + (t64 * n_heads + ho[:, None]) * D + sl * SW + dd[None, :], (acc * inv_d).to(gl.bfloat16),
                  mask=(ho < n_heads)[:, None])
 
@@ -748,7 +751,7 @@ def decode_wgmma_kernel(
     lse_ptr,  # [T, H] fp32, contiguous
     part_o_ptr,  # SPLIT: [T, P, H, D] fp32 unnormalised partial outputs, P = programs per token
     part_ml_ptr,  # SPLIT: [T, P, H, 2] fp32 (running max in log2 units, sum of exp2)
-    merge_cnt_ptr,  # MERGE: [T, head groups, 2] int32 (arrivals, departures), zero before and after a launch
+    merge_cnt_ptr,  # MERGE: [T, head groups, 2] int32 (arrivals: zero between launches; the barrier's flag)
     n_heads,
     topk,
     window,
@@ -877,6 +880,9 @@ def decode_wgmma_kernel(
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            flag = _merge_flag(cnt)
         row = (t64 * gl.num_programs(1) + sp) * n_heads
         base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
         gl.store(base, o0, mask=ohm)
@@ -886,11 +892,9 @@ def decode_wgmma_kernel(
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
         if MERGE:
-            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
-            _arrive_and_wait(cnt, gl.num_programs(1))
+            _merge_barrier(cnt, flag, gl.num_programs(1))
             _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
                           HB, MERGE_S, HAS_SINK)
-            _depart(cnt, gl.num_programs(1))
     else:
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0
@@ -1316,6 +1320,9 @@ def decode_wgmma_ws_kernel(
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            flag = _merge_flag(cnt)
         row = (t64 * gl.num_programs(1) + sp) * n_heads
         base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
         gl.store(base, o0, mask=ohm)
@@ -1325,11 +1332,9 @@ def decode_wgmma_ws_kernel(
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
         if MERGE:
-            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
-            _arrive_and_wait(cnt, gl.num_programs(1))
+            _merge_barrier(cnt, flag, gl.num_programs(1))
             _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
                           HB, MERGE_S, HAS_SINK)
-            _depart(cnt, gl.num_programs(1))
     else:
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0
