@@ -315,6 +315,10 @@ def test_xcompile_table_matches_the_issue(target: str) -> None:
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised", target) in seen
     # PREFETCH=1 (the producer's L2 prefetch) on each warp-specialised build
     assert ("wgmma", "nvfp4_288+fp8_528 split warp-specialised prefetch", target) in seen
+    # COMBINE=fused: the heads-on-N builds' programs merging their partials (one and two warpgroups, ws)
+    for detail in ("split merged in kernel", "split 32 heads 8 warps merged in kernel",
+                   "split warp-specialised merged in kernel"):
+        assert ("wgmma", f"nvfp4_288+fp8_528 {detail}", target) in seen
     assert ("wgmma", "fp8_584+fp8_584 split 64 heads 8 warps heads on M warp-specialised prefetch", target) in seen
     assert ("wgmma", "nvfp4_288+fp8_528 split heads on M warp-specialised QK/PV prefetch", target) in seen
     for pair in ("fp8_584+fp8_584", "nvfp4_288+fp8_528"):  # MMA=wgmma_hmpvc, a 2-CTA cluster
