@@ -398,11 +398,12 @@ def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
 
 
 @pytest.mark.parametrize("parts,heads,sms", [(2, 16, 0), (5, 16, 0), (16, 16, 0), (32, 16, 0), (45, 12, 0),
-                                             (20, 64, 0), (20, 16, 1024)])
+                                             (20, 64, 0), (10, 40, 0), (20, 16, 1024)])
 def test_combine_merges_any_number_of_partials(parts: int, heads: int, sms: int, device: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # decode_combine alone, on synthetic partials (running max in log2 units, sum of exp2, the
-    # unnormalised output): every block size it is launched with (2 to 64 splits, 16 to 64 heads,
+    # unnormalised output): every block size it is launched with (2 to 64 splits, 12 to 64 heads in
+    # blocks of 16, 40 with a block half full,
     # and, on a device of `sms` SMs, the narrowest slices a small batch's merge takes) against the
     # flash-decoding merge in float64. Head 0 of token 1 has no key in any split (o = 0,
     # lse = -inf); some splits of the others have none (m = -inf, l = 0).

@@ -402,7 +402,7 @@ def decode_combine(
     lse_ptr,
     n_heads,
     n_split,
-    BLOCK_H: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # heads per program (grid axis 2 takes the heads in blocks of it)
     BLOCK_S: tl.constexpr,  # a power of two >= n_split
     BLOCK_D: tl.constexpr,  # dims per program (grid axis 1 splits D)
     HAS_SINK: tl.constexpr,
@@ -415,7 +415,7 @@ def decode_combine(
     tok = tl.program_id(0)
     pd = tl.program_id(1)
     t64 = tok.to(tl.int64)
-    h = tl.arange(0, BLOCK_H)
+    h = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)  # grid axis 2: the heads in blocks of BLOCK_H
     d = pd * BLOCK_D + tl.arange(0, BLOCK_D)
     hmask = h < n_heads
     if PDL:

@@ -27,6 +27,7 @@ from tuner.kernels.base import sm_count
 from tuner.kernels.decode.cluster import check_once, cluster_module
 from tuner.targets import detect, interpreting
 
+COMBINE_HEADS = 16  # heads a decode_combine program merges (grid axis 2 takes the rest)
 COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
 
 
@@ -139,7 +140,7 @@ def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tu
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
     partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
     splits), and takes more warps past that so no thread holds more than 64 of them. With fewer
-    than `sms` programs that way (n_tok tokens, 512 / BLOCK_D programs each), the slices narrow
+    than `sms` programs that way (n_tok tokens or token-head blocks, 512 / BLOCK_D programs each), the slices narrow
     down to 4 dims until the merge covers the SMs: a small batch's merge is latency, one program
     per SM with a few warps each cannot hide it.
     The block is sized by the launch's split count, not by the most any launch has: a block of
@@ -510,10 +511,14 @@ def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: 
     keep their warmup keys."""
     n_tok, heads = o.shape[0], o.shape[1]
     block_s = max(2, triton.next_power_of_2(parts))
-    block_h = max(16, triton.next_power_of_2(heads))
-    block_d, warps = combine_tile(block_s, block_h, n_tok, sm_count(o.device))
+    # Heads in blocks of COMBINE_HEADS (grid axis 2): a program's rows stay BLOCK_D dims long at any
+    # head count (all heads in one block took 4-dim slices at 128 heads, 16-byte reads 2 KiB apart:
+    # 8.0 us to merge 10 partials of 128 heads on an H100, benchmarks/results/merge_in_kernel/).
+    block_h = COMBINE_HEADS
+    h_blocks = triton.cdiv(heads, block_h)
+    block_d, warps = combine_tile(block_s, block_h, n_tok * h_blocks, sm_count(o.device))
     extra: dict[str, Any] = {"PDL": True, "launch_pdl": True} if pdl else {}
-    mod.decode_combine[(n_tok, 512 // block_d)](
+    mod.decode_combine[(n_tok, 512 // block_d, h_blocks)](
         part_o, part_ml, sink, o, lse, heads, parts,
         BLOCK_H=block_h, BLOCK_S=block_s, BLOCK_D=block_d, HAS_SINK=has_sink, num_warps=warps, **extra,
     )
