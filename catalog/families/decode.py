@@ -229,8 +229,9 @@ class DecodeSpec(FamilySpec):
             return []
         seed = wgmma_config(default_config(*key.formats))
         # More heads than one warpgroup's 16: the token's programs merging their partials themselves
-        # (COMBINE=fused: decode_combine's cost grows with the heads; H100, 2026-12-06, T=1, 128 heads
-        # 16.8 -> 10.9 us: benchmarks/results/merge_in_kernel/), and two warpgroups of 32 heads.
+        # (COMBINE=fused; on an H100, 2026-12-06, it won at 64 heads T=8, 21.9 -> 15.5 us, and the
+        # 128-head tune picked it at T=3-4, though the head-blocked decode_combine is faster at T=1:
+        # benchmarks/results/merge_in_kernel/), and two warpgroups of 32 heads.
         seeds = [seed] + ([seed.replace(COMBINE="fused"), seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
         # More than a two-warpgroup program's 32: 64 heads a program on M, its warp-specialised build
         # and its QK / PV split, with PREFETCH=1 (3-7% faster at T = 64: decode_hm_prefetch2_h200.md).
