@@ -903,7 +903,7 @@ def test_shared_tiles_grow_and_keep_the_buffers_graphs_captured() -> None:
     # The shared-tile builds' buffers: reused while they hold the launch's tiles; a larger launch
     # gets new ones (zeroed words: every tile's counter and ready word start together), the old
     # stay; launches of another head-group count never share a launch's words.
-    from tuner.kernels.decode.launch import _SHARED_TILES, shared_tiles
+    from tuner.kernels.decode.buffers import _SHARED_TILES, shared_tiles
 
     dev = torch.device("cpu")
     for g in (2, 8):
@@ -1235,7 +1235,7 @@ def test_wgmma_merge_in_kernel_matches_the_merge_kernel_on_sm90(pair: tuple[str,
                 parts, _ = wgmma_plan(fused.replace(NUM_SPLITS=splits), t, 512, 128, torch.device("cuda"), groups)
                 merged_in_kernel += merge_fits(parts, t * parts * groups, torch.device("cuda"))
     assert merged_in_kernel >= 6  # the in-kernel merge ran, not only the fallback
-    from tuner.kernels.decode.launch import _MERGE_COUNTERS
+    from tuner.kernels.decode.buffers import _MERGE_COUNTERS
 
     # The arrival words are left zero by every launch (the flags, the other word of each pair, are never reset).
     assert all(int(c[0::2].abs().sum()) == 0 for c in _MERGE_COUNTERS[torch.device("cuda", torch.cuda.current_device())])

@@ -5,10 +5,12 @@ A program handles one token for all of its heads (the heads of an MQA token shar
 row, so each record is loaded and dequantized once) over one split of its two key lists (or, with
 LISTS=apart, over a chunk of one of them); with more than one program per token, partial results
 are merged by their log-sum-exp (flash-decoding), so that a batch of one token still fills the GPU:
-in a second kernel (COMBINE=kernel) or by the token's last program to finish (COMBINE=fused).
+in a second kernel (COMBINE=kernel) or by the token's last program to finish (COMBINE=fused; on
+the wgmma path's heads-on-N builds, by all of the token's programs after a barrier).
 
-The family in three parts that change apart: `launch` (argument checks, split plans, the
-launches), `inputs` (inputs, run, verification) and `xcompile` (cross-compile cases); its space,
+The family in parts that change apart: `launch` (argument checks, split plans, the launches),
+`buffers` (what the wgmma builds keep per device across launches), `inputs` (inputs, run,
+verification) and `xcompile` (cross-compile cases); its space,
 legality and render are its catalog spec (`catalog.families.decode`). This package exports the
 names callers use; a test or benchmark that replaces a launcher's helper (`sm_count`, `_module`,
 `launch_combine`) patches it on `tuner.kernels.decode.launch`, where the launcher looks it up.

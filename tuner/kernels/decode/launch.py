@@ -24,6 +24,7 @@ from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WG
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
+from tuner.kernels.decode.buffers import merge_counters, shared_tiles
 from tuner.kernels.decode.cluster import check_once, cluster_module
 from tuner.targets import detect, interpreting
 
@@ -453,35 +454,9 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                        attn_sink is not None, pdl=True)
 
 
-# Per (device, head groups), the shared-tile buffers of WGMMA_SHARE_MMAS (their kernels' share_ws,
-# share_cnt, share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and
-# only grow (the kernel needs no reset, so CUDA graphs replay it): every launch adds the group count
-# to each counter it uses, so launches of another group count get buffers of their own (a counter
-# they moved by 2 would hand a group of 8 the wrong converter). A launch with more tiles gets larger
-# buffers, and the smaller ones stay alive for graphs that captured them. One stream at a time: two
-# launches in flight at once would share the words.
-_SHARED_TILES: dict[tuple[torch.device, int], list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
-
-
-def shared_tiles(n_tiles: int, groups: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Buffers for `n_tiles` shared tiles of launches of `groups` head groups on `device` (the
-    largest so far if it holds them)."""
-    held = _SHARED_TILES.setdefault((device, groups), [])
-    if not held or held[-1][1].numel() < n_tiles:
-        n = max(n_tiles, 2 * held[-1][1].numel() if held else 0)
-        held.append((torch.empty(n, 4 * WGMMA_BLOCK_N * 128, dtype=torch.bfloat16, device=device),
-                     torch.zeros(n, dtype=torch.int32, device=device), torch.zeros(n, dtype=torch.int32, device=device)))
-    return held[-1]
-
-
 # The most partials a token's programs merge together (MERGE_S rows of one block load: 16 x 16 heads x
 # 32 dims, 64 a thread at 4 warps).
 MERGE_MAX_PARTS = 16
-# Per device, the merge's barrier words (two int32 a token and head group: the arrivals, which the
-# last to arrive resets, and a flag it flips): zeroed once, and no launch needs them reset, so CUDA
-# graphs replay them. A launch with more tokens gets a larger tensor; the smaller ones stay alive for
-# graphs that captured them. One stream at a time, as the shared tiles' words.
-_MERGE_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
 
 
 def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
@@ -491,14 +466,6 @@ def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
     token's partials must fit the merge's one block load (MERGE_MAX_PARTS). Otherwise
     decode_combine merges them."""
     return 1 < parts <= MERGE_MAX_PARTS and programs <= sm_count(device)
-
-
-def merge_counters(n: int, device: torch.device) -> torch.Tensor:
-    """Barrier words for `n` (token, head group) merges on `device` (the largest so far if it holds them)."""
-    held = _MERGE_COUNTERS.setdefault(device, [])
-    if not held or held[-1].numel() < 2 * n:
-        held.append(torch.zeros(2 * max(n, held[-1].numel() if held else 0), dtype=torch.int32, device=device))
-    return held[-1]
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
