@@ -141,9 +141,9 @@ def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tu
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
     partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
     splits), and takes more warps past that so no thread holds more than 64 of them. With fewer
-    than `sms` programs that way (n_tok tokens or token-head blocks, 512 / BLOCK_D programs each), the slices narrow
-    down to 4 dims until the merge covers the SMs: a small batch's merge is latency, one program
-    per SM with a few warps each cannot hide it.
+    than `sms` programs that way (`n_tok` blocks of tokens and heads, 512 / BLOCK_D programs
+    each), the slices narrow down to 4 dims until the merge covers the SMs: a small batch's merge
+    is latency, one program per SM with a few warps each cannot hide it.
     The block is sized by the launch's split count, not by the most any launch has: a block of
     MAX_SPLITS for every launch helped the one-token merge but made a 2-split merge of 64 tokens
     3x slower (benchmarks/results/decode_breakdown_loop_combine.md against decode_breakdown.md)."""
