@@ -105,7 +105,8 @@ def _markdown(prov: dict[str, Any], rows: list[dict[str, Any]]) -> str:
            "window 128, page 64, records from DRAM (input sets rotated past the L2), CUDA-graph replay medians; "
            "each pick checked against the float64 reference first. 'without merge': the same launches with "
            "decode_combine left out (partials unmerged); 'merge alone': decode_combine by itself on the last "
-           "set's partials (no kernel before it).", "",
+           "set's partials (no kernel before it); 'merged in the kernel': the pick with COMBINE=fused (checked "
+           "first), and 'whole again' the pick timed once more after it (the drift within the row).", "",
            "| pair | H | T | pick | programs a token x groups | whole us | without merge us | merge's share us | "
            "merge alone us | merged in the kernel (COMBINE=fused) us | whole again us |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
