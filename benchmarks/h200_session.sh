@@ -8,6 +8,7 @@
 #   TABLES_S=300 bash benchmarks/h200_session.sh tables logits   # finish them, then the logits bench
 #   bash benchmarks/h200_session.sh merge-tests merge-share   # COMBINE=fused's GPU tests; what the split merge costs,
 #                                                    # and the picks with it merged in the kernel, at small T
+#   bash benchmarks/h200_session.sh combine-sweep    # decode_combine alone, by (T, heads, partials) and tile
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
@@ -76,7 +77,7 @@ apply_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|merge-tests|merge-share|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -344,6 +345,10 @@ for phase in "$@"; do
       -p no:cacheprovider -rA -k "${MERGE_K:-merge_in_kernel or wgmma_decode_keys}" \
       >"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log"
+    ;;
+  combine-sweep)  # decode_combine alone over (T, heads, partials) at its picked tile and the others (~2-3 min)
+    timeout $(( $(left) - 5 )) python3 benchmarks/combine_sweep.py --out "$OUT/results" >"$OUT/combine_sweep.log" 2>&1
+    echo "combine_sweep rc=$?" >>"$OUT/combine_sweep.log"
     ;;
   merge-share)  # what the split merge (decode_combine) costs the wgmma picks at small T: whole, without it, alone
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_merge_share.py --name decode_merge_share_h200 --out "$OUT/results" \
