@@ -330,13 +330,15 @@ def test_gpu_wgmma_decode_keys_warm_every_launch_over_2gib(combine: str) -> None
     sources = {r.source_hash: r.source for r in fam.modules(key, cfg)}
     merges = [k for k in keys if k.fn == "decode_combine"]
     mains = [k for k in keys if k.fn == "decode_wgmma_kernel"]
-    assert mains
+    merge_specs = [a.spec for k in mains for a in k.args if a.name == "MERGE"]
+    assert mains and len(merge_specs) == len(mains)  # the MERGE constexpr is part of every key
     if combine == "kernel":
         assert {k.source_hash for k in keys} == set(sources)  # both modules, nothing a bundle would lack
         assert merges and all(dict(k.options).get("launch_pdl") is True for k in merges)
+        assert not any(merge_specs)
     else:  # merged in the kernel at T <= 4 (at most 40 programs); the merge module stays for larger T
         assert {k.source_hash for k in keys} < set(sources) and not merges
-        assert all(a.spec is True for k in mains for a in k.args if a.name == "MERGE")
+        assert all(spec is True for spec in merge_specs)
     # Earlier tests of this process may have compiled these binaries already: forget them, so that
     # warm() has to compile every key and serving without compiles proves warm() did it.
     from triton.runtime.jit import JITFunction
