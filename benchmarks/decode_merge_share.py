@@ -31,7 +31,8 @@ from catalog.families.decode_wgmma import WGMMA_MERGE_MMAS, wgmma_config  # noqa
 from tuner.kernels.decode import decode, verify_decode  # noqa: E402
 
 V41, V4 = ("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")
-# (pair, H, T, pick): the tuned picks of results/tune_decode_h{16,32,64,128}_*.json at small T.
+# (pair, H, T, pick): the wgmma picks at small T of results/tune_decode_h{16,128}_*.json (both
+# 128-head tunes' T=1 picks), and the plain `wgmma` build at 32 and 64 heads.
 ROWS = [(V41, 16, 1, "MMA=wgmma"), (V41, 16, 8, "MMA=wgmma"), (V41, 16, 64, "MMA=wgmma_ws"),
         (V4, 16, 1, "MMA=wgmma"), (V4, 32, 1, "MMA=wgmma"), (V4, 64, 1, "MMA=wgmma"), (V4, 64, 8, "MMA=wgmma"),
         (V4, 128, 1, "MMA=wgmma,NUM_SPLITS=8"), (V4, 128, 1, "MMA=wgmma"), (V4, 128, 8, "MMA=wgmma_ws"),
