@@ -28,7 +28,7 @@ import triton  # noqa: E402
 from benchmarks.common import provenance, time_us, write_results  # noqa: E402
 from tuner.kernels.base import sm_count  # noqa: E402
 from tuner.kernels.decode import _module  # noqa: E402
-from tuner.kernels.decode.launch import COMBINE_HEADS, combine_tile  # noqa: E402
+from tuner.kernels.decode.launch import COMBINE_HEADS, combine_tile, launch_combine  # noqa: E402
 
 GRID = {"T": (1, 2, 8, 64), "H": (16, 64, 128), "P": (2, 5, 10, 16)}
 SMOKE = {"T": (2,), "H": (24,), "P": (3,)}
@@ -43,15 +43,6 @@ def _partials(t: int, h: int, p: int, device: str) -> tuple[torch.Tensor, torch.
     return po.flatten(), torch.stack([m, ell], dim=-1).flatten(), torch.randn(h, device=device, generator=g)
 
 
-def _launch(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, p: int, block_d: int, warps: int) -> None:
-    """decode_combine at an explicit tile, as `launch_combine` launches it otherwise."""
-    t, h = o.shape[0], o.shape[1]
-    mod.decode_combine[(t, 512 // block_d, triton.cdiv(h, COMBINE_HEADS))](
-        part_o, part_ml, sink, o, lse, h, p, BLOCK_H=COMBINE_HEADS, BLOCK_S=max(2, triton.next_power_of_2(p)),
-        BLOCK_D=block_d, HAS_SINK=True, num_warps=warps)
-
-
 def _row(mod: Any, t: int, h: int, p: int, device: str, gpu: bool) -> dict[str, Any]:
     part_o, part_ml, sink = _partials(t, h, p, device)
     block_s = max(2, triton.next_power_of_2(p))
@@ -64,10 +55,12 @@ def _row(mod: Any, t: int, h: int, p: int, device: str, gpu: bool) -> dict[str, 
     for block_d, warps in tiles:
         o = torch.empty(t, h, 512, dtype=torch.bfloat16, device=device)
         lse = torch.empty(t, h, dtype=torch.float32, device=device)
-        _launch(mod, part_o, part_ml, sink, o, lse, p, block_d, warps)
+        def run(tile: tuple[int, int] = (block_d, warps), o: torch.Tensor = o, lse: torch.Tensor = lse) -> None:
+            launch_combine(mod, part_o, part_ml, sink, o, lse, p, True, tile=tile)
+
+        run()
         outs[(block_d, warps)] = (o, lse)
-        us = time_us(lambda: _launch(mod, part_o, part_ml, sink, o, lse, p, block_d, warps), graph=True) \
-            if gpu else None
+        us = time_us(run, graph=True) if gpu else None
         row["tiles"].append({"block_d": block_d, "warps": warps, "us": us})
     want = outs[picked]
     for entry in row["tiles"]:

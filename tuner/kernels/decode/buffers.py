@@ -40,5 +40,6 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     """Barrier words for `n` (token, head group) merges on `device` (the largest so far if it holds them)."""
     held = _MERGE_COUNTERS.setdefault(device, [])
     if not held or held[-1].numel() < 2 * n:
-        held.append(torch.zeros(2 * max(n, held[-1].numel() if held else 0), dtype=torch.int32, device=device))
+        size = max(2 * n, 2 * held[-1].numel() if held else 0)  # at least double, as shared_tiles grows
+        held.append(torch.zeros(size, dtype=torch.int32, device=device))
     return held[-1]

@@ -469,13 +469,14 @@ def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
-                   lse: torch.Tensor, parts: int, has_sink: bool, pdl: bool = False) -> None:
+                   lse: torch.Tensor, parts: int, has_sink: bool, pdl: bool = False,
+                   tile: tuple[int, int] | None = None) -> None:
     """decode_combine over `parts` partials per token of `o[T, H, 512]` (the workspace layout of
     `decode`). The block is sized to the launch's partials, not to the most any launch has:
     masked-off splits still cost the program their addresses and reductions (see combine_tile).
     `pdl`: launched as a programmatic dependent of the kernel before it (NVIDIA sm_90+ only),
     which waits for that kernel itself; the option is passed only then, so the other launches
-    keep their warmup keys."""
+    keep their warmup keys. `tile`: (BLOCK_D, num_warps) instead of `combine_tile`'s (a sweep's)."""
     n_tok, heads = o.shape[0], o.shape[1]
     block_s = max(2, triton.next_power_of_2(parts))
     # Heads in blocks of COMBINE_HEADS (grid axis 2): a program's rows stay BLOCK_D dims long at any
@@ -483,7 +484,7 @@ def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: 
     # 8.0 us to merge 10 partials of 128 heads on an H100, benchmarks/results/merge_in_kernel/).
     block_h = COMBINE_HEADS
     h_blocks = triton.cdiv(heads, block_h)
-    block_d, warps = combine_tile(block_s, block_h, n_tok * h_blocks, sm_count(o.device))
+    block_d, warps = tile or combine_tile(block_s, block_h, n_tok * h_blocks, sm_count(o.device))
     extra: dict[str, Any] = {"PDL": True, "launch_pdl": True} if pdl else {}
     mod.decode_combine[(n_tok, 512 // block_d, h_blocks)](
         part_o, part_ml, sink, o, lse, heads, parts,
