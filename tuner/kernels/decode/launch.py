@@ -29,7 +29,8 @@ from tuner.kernels.decode.cluster import check_once, cluster_module
 from tuner.targets import detect, interpreting
 
 COMBINE_HEADS = 16  # heads a decode_combine program merges (grid axis 2 takes the rest)
-COMBINE_ELEMS = 8192  # fp32 partial values one combine program loads at once (64 per thread at 4 warps)
+COMBINE_ELEMS = 2048  # fp32 partial values a combine program aims to load at once (16 per thread at 4 warps)
+COMBINE_MIN_D = 16  # ...but no narrower slice than this, except to cover the SMs (combine_tile)
 
 
 @lru_cache(maxsize=16)
@@ -139,15 +140,18 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
 
 def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
-    partials in one block, at most COMBINE_ELEMS of them (16 dims at 32 splits x 16 heads, 64 at 2
-    splits), and takes more warps past that so no thread holds more than 64 of them. With fewer
+    partials in one block, about COMBINE_ELEMS of them (64 dims at 2 splits x 16 heads, 16 from 8
+    splits up), and takes more warps past 8192 so no thread holds more than 64 of them. With fewer
     than `sms` programs that way (`n_tok` blocks of tokens and heads, 512 / BLOCK_D programs
     each), the slices narrow down to 4 dims until the merge covers the SMs: a small batch's merge
     is latency, one program per SM with a few warps each cannot hide it.
-    The block is sized by the launch's split count, not by the most any launch has: a block of
-    MAX_SPLITS for every launch helped the one-token merge but made a 2-split merge of 64 tokens
-    3x slower (benchmarks/results/decode_breakdown_loop_combine.md against decode_breakdown.md)."""
-    block_d = max(4, min(64, COMBINE_ELEMS // (block_s * block_h)))
+    Measured on the H200 (benchmarks/results/merge_in_kernel/combine_sweep_h200.md, every tile at
+    T 1-64 x 16-128 heads x 2-16 partials): 16 dims at 5-16 partials was the fastest tile nearly
+    everywhere; 8192 values a program (64 dims at 5 partials) took 2-2.4x as long (64 heads T=8:
+    7.78 against 3.86 us). The block is sized by the launch's split count, not by the most any
+    launch has: a block of MAX_SPLITS for every launch made a 2-split merge of 64 tokens 3x slower
+    (benchmarks/results/decode_breakdown_loop_combine.md against decode_breakdown.md)."""
+    block_d = min(64, max(COMBINE_MIN_D, COMBINE_ELEMS // (block_s * block_h)))
     while block_d > 4 and n_tok * (512 // block_d) < sms:
         block_d //= 2
     warps = max(4, min(16, block_s * block_h * block_d // (64 * 32)))
