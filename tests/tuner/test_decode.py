@@ -397,6 +397,19 @@ def test_fused_merge_leaves_counters_zero_and_replays(device: str) -> None:
     assert verify_decode(comp, win, inp, run_decode(comp, win, old, inp)) is None
 
 
+def test_combine_tile_sizes_the_block_by_the_partials() -> None:
+    # The H200 sweep's rule (benchmarks/results/merge_in_kernel/combine_sweep_h200.md): about 2048
+    # values a program, never a slice under 16 dims from 5 partials up (64 dims at 5 partials took
+    # 2-2.4x as long), and narrower slices only where the programs would not cover the SMs.
+    from tuner.kernels.decode.launch import combine_tile
+
+    assert combine_tile(2, 16, 64, 132) == (64, 4)
+    assert combine_tile(4, 16, 64, 132) == (32, 4)
+    assert [combine_tile(s, 16, 64, 132) for s in (8, 16, 32)] == [(16, 4)] * 3
+    assert combine_tile(8, 16, 1, 132) == (4, 4)  # one token's 16 heads: 128 programs of 4 dims
+    assert combine_tile(64, 16, 64, 132) == (16, 8)  # 16384 values: 8 warps keep 64 a thread
+
+
 @pytest.mark.parametrize("parts,heads,sms", [(2, 16, 0), (5, 16, 0), (16, 16, 0), (32, 16, 0), (45, 12, 0),
                                              (20, 64, 0), (10, 40, 0), (20, 16, 1024)])
 def test_combine_merges_any_number_of_partials(parts: int, heads: int, sms: int, device: str,
