@@ -1,14 +1,15 @@
 """decode_combine alone over a grid of (T, heads, partials), at the tile `combine_tile` picks and at
 the other dims slices and warps beside it, to see where the split merge's kernel is slow and what
-its tile should be (2026-12-06 on an H100: 10 partials of 128 heads at T=1 merged in 3.2 us, 5 of
-64 heads at T=8 in 7.7 us, twice the data in 2.4x the time: benchmarks/results/merge_in_kernel/).
+its tile should be (2026-12-06 on the H200: 64-dim slices at 5 partials took 2-2.4x as long as
+16-dim ones, and `combine_tile` changed: benchmarks/results/merge_in_kernel/).
 
 Synthetic partials (running max in log2 units, sum of exp2, unnormalised outputs; some splits
 without keys), L2-resident as the decode kernel leaves them; CUDA-graph replay medians of the
 merge by itself (no kernel before it to depend on). Every variant's output is checked against the
 picked tile's.
 
-    python benchmarks/combine_sweep.py --out benchmarks/results           # GPU
+    python benchmarks/combine_sweep.py --out benchmarks/results           # GPU, the whole grid (~4.5 min)
+    python benchmarks/combine_sweep.py --ts 8,64 --heads 64 --parts 5     # GPU, a part of it
     TRITON_INTERPRET=1 python benchmarks/combine_sweep.py --smoke         # plumbing, CPU
 """
 
@@ -94,15 +95,21 @@ def _markdown(prov: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--name", default="combine_sweep_h200")
     ap.add_argument("--smoke", action="store_true", help="one tiny shape, no timing (the interpreter on a CPU)")
+    for dim, flag in (("T", "--ts"), ("H", "--heads"), ("P", "--parts")):
+        ap.add_argument(flag, dest=dim, type=_ints, default=GRID[dim], help=f"comma-separated {dim} values")
     args = ap.parse_args()
     gpu = torch.cuda.is_available() and not args.smoke
     device = "cuda" if gpu else "cpu"
-    grid = SMOKE if args.smoke else GRID
+    grid = SMOKE if args.smoke else {dim: getattr(args, dim) for dim in GRID}
     mod = _module("fp8_528", "fp8_528", "soft")
     prov = provenance()
     rows = []

@@ -346,8 +346,10 @@ for phase in "$@"; do
       >"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log"
     ;;
-  combine-sweep)  # decode_combine alone over (T, heads, partials) at its picked tile and the others (~2-3 min)
-    timeout $(( $(left) - 5 )) python3 benchmarks/combine_sweep.py --out "$OUT/results" >"$OUT/combine_sweep.log" 2>&1
+  combine-sweep)  # decode_combine alone over (T, heads, partials) at its picked tile and the others (~4.5 min on the
+    # H200; COMBINE_SWEEP_ARGS="--ts 8 --heads 64,128" a part of the grid)
+    timeout $(( $(left) - 5 )) python3 benchmarks/combine_sweep.py --out "$OUT/results" ${COMBINE_SWEEP_ARGS:-} \
+      >"$OUT/combine_sweep.log" 2>&1
     echo "combine_sweep rc=$?" >>"$OUT/combine_sweep.log"
     ;;
   merge-share)  # what the split merge (decode_combine) costs the wgmma picks at small T: whole, without it, alone
