@@ -220,28 +220,30 @@ class DecodeSpec(FamilySpec):
         return wgmma_config(config) if is_wgmma(config) else config
 
     def seed_configs(self, key: ProblemKey, target: str) -> list[Config]:
-        """The wgmma path where it runs (sm_90, records it reads): a search measures it second (and,
-        above 16 heads, it with the merge in the kernel third and its two-warpgroup build fourth;
-        above 32 the heads-on-M build, its warp-specialised one and the QK / PV split with
-        PREFETCH=1 next; where its buffers fit, the warp-specialised build last), since a few TPE
-        trials may not draw it (8 of a T=1 tune did not: tune_decode_wgmma_h200.log)."""
+        """The wgmma path where it runs (sm_90, records it reads), since a few TPE trials may not
+        draw it (8 of a T=1 tune did not: tune_decode_wgmma_h200.log). A search measures these
+        right after the default, in the order the recorded tunes picked them (benchmarks/results/
+        tune_decode_h*.json, 8-128 heads): the one-warpgroup build (T=1-4), the warp-specialised
+        one (T=2-64 at 16-64 heads, T=2-16 above), above 32 heads the QK / PV split with PREFETCH=1
+        (T=17-64), above 16 the two-warpgroup build and the merge in the kernel (a bucket or two
+        each). A tune cut short by its time budget then still measures the likely winners."""
         if wgmma_legality(target) or not wgmma_reads(*key.formats):
             return []
         seed = wgmma_config(default_config(*key.formats))
-        # More heads than one warpgroup's 16: the token's programs merging their partials themselves
-        # (COMBINE=fused; on an H100, 2026-12-06, it won at 64 heads T=8, 21.9 -> 15.5 us, and the
-        # 128-head tune picked it at T=3-4, though the head-blocked decode_combine is faster at T=1:
-        # benchmarks/results/merge_in_kernel/), and two warpgroups of 32 heads.
-        seeds = [seed] + ([seed.replace(COMBINE="fused"), seed.replace(num_warps=8)] if key.heads > WGMMA_HEADS else [])
-        # More than a two-warpgroup program's 32: 64 heads a program on M, its warp-specialised build
-        # and its QK / PV split, with PREFETCH=1 (3-7% faster at T = 64: decode_hm_prefetch2_h200.md).
-        if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
-            seeds += [wgmma_config(seed.replace(MMA=m)) for m in ("wgmma_hm", "wgmma_hmws")]
-            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmpv", PREFETCH=1)))
-        # The warp-specialised build, last (it wins on programs of several tiles, and loses at
-        # one: the search sees both).
+        seeds = [seed]
         if wgmma_ws_reads(*key.formats):
             seeds.append(wgmma_config(seed.replace(MMA="wgmma_ws")))
+        # 64 heads a program on M, PV split from QK, records into L2 a tile ahead (3-7% faster at
+        # T = 64: decode_hm_prefetch2_h200.md). Its siblings wgmma_hm and wgmma_hmws stay in the
+        # space unseeded: no tune since the split landed picked either.
+        if key.heads > WGMMA_HEADS_2WG and wgmma_hm_reads(*key.formats):
+            seeds.append(wgmma_config(seed.replace(MMA="wgmma_hmpv", PREFETCH=1)))
+        # More heads than one warpgroup's 16: two warpgroups of 32 heads, and the token's programs
+        # merging their partials themselves (COMBINE=fused: the 128-head H200 tune's T=3-4 pick
+        # before decode_combine's 16-dim slices, 0.3-0.5 us ahead at T=8 after them on an H100;
+        # benchmarks/results/merge_in_kernel/).
+        if key.heads > WGMMA_HEADS:
+            seeds += [seed.replace(num_warps=8), seed.replace(COMBINE="fused")]
         return seeds
 
     def buckets(self, key: ProblemKey) -> list[Bucket]:
