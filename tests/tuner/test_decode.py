@@ -792,7 +792,7 @@ def test_wgmma_kernel_fits_sm90_copies_records_async_and_does_not_spill(pair: tu
 
 def test_wgmma_heads_on_m_is_a_build_of_the_space_where_it_reads_the_pair(device: str) -> None:
     # MMA=wgmma_hm: every pair the wgmma path reads (the V4.1 pair's lists in one stage region),
-    # two warpgroups, the path's fixed parameters; the tuner seeds it past 32 heads; a launch
+    # two warpgroups, the path's fixed parameters; the tuner seeds its QK / PV split past 32 heads (not it); a launch
     # refuses it off sm_90.
     from catalog.families.decode import SPEC, decode_key
     from catalog.families.decode_wgmma import WGMMA_HM_WARPS
