@@ -159,7 +159,8 @@ for phase in "$@"; do
       echo "tune $f rc=$?" >>"$OUT/tune_pack_$f.log"
     done
     ;;
-  heads-table)  # issue 28's table: H = 16, 32, 64, 128 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM:
+  heads-table)  # issue 28's table: H = 16, 32, 64, 128 (HEADS overrides) at T = 1, 8, 64, both pairs, from DRAM
+    # (a call of its own: ~130 s an H; at ~75 s an H, 2026-12-06, most picks went untimed):
     # the default, the wgmma path with one and two warpgroups, heads on M and warp-specialised
     # (every pair since 2026-12-04), and the Triton tile's measured winners
     hs=(${HEADS:-16 32 64 128})
