@@ -47,13 +47,14 @@ def load_tunes(results: Path, heads: list[int], pairs: list[str]) -> Tunes:
 
 
 def tuned(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """A tune result's best trial per T of TS (the bucket holding T)."""
+    """A tune result's best trial per T of TS (the bucket holding T), with when the tune ended
+    (`kvtune tune --out` writes it since 2026-12-06; "-" in the files before)."""
     out = {}
     for b in doc["buckets"]:
         best = b.get("best") or {}
         for t in TS:
             if b["bucket"]["lo"] <= t <= b["bucket"]["hi"] and best.get("time_us") is not None:
-                out[t] = {"config": best["config"], "us": best["time_us"]}
+                out[t] = {"config": best["config"], "us": best["time_us"], "finished": doc.get("finished_at", "-")}
     return out
 
 
@@ -137,8 +138,9 @@ def table(runs: dict[int, dict[str, Any]], tunes: Tunes | None = None, l2_run: d
                   for t, cfg in sorted(tunes.get((h, p), {}).items())]
     if tuned_rows:
         out += ["", "Tuned config per (pair, H, T) (`kvtune tune`, tune_decode_h{H}_{pair}_h200.json, its own run):", "",
-                "| pair | H | T | config | us |", "|---|---|---|---|---|"]
-        out += [f"| {p} | {h} | {t} | {_label(c['config'])} | {c['us']:.2f} |" for p, h, t, c in tuned_rows]
+                "| pair | H | T | config | us | tune ended |", "|---|---|---|---|---|---|"]
+        out += [f"| {p} | {h} | {t} | {_label(c['config'])} | {c['us']:.2f} | {c['finished']} |"
+                for p, h, t, c in tuned_rows]
     return "\n".join(out + [""] + done_when(runs, tunes) + (resident(l2_run) if l2_run else [])) + "\n"
 
 

@@ -132,8 +132,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
         from templates.render import write_atomic
 
+        from datetime import datetime, timezone
+
+        # When it ended, for the tables that quote a tune beside runs of other dates (heads_table.py).
+        doc = {**result.to_json(), "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(args.out), json.dumps(result.to_json(), indent=1) + "\n")
+        write_atomic(Path(args.out), json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0 if all(b.best is not None for b in result.buckets) and result.buckets else 1
 

@@ -88,13 +88,14 @@ def test_tuned_configs_get_rows_of_their_own_and_decide_the_flashmla_lines(tmp_p
     picks = {t: [{"config": wg, "us": {1: 12.0, 8: 15.0, 64: 42.0}[t]}] for t in (1, 8, 64)}
     runs = {64: _run(64, picks, picks)}
     # The tune's buckets hold T = 1, 8 and 64 (T=8 in 5-8), each faster than the picks and FlashMLA.
-    (tmp_path / "tune_decode_h64_fp8_584_fp8_584_h200.json").write_text(json.dumps(_tune(
-        [(1, 1, wg, 11.0), (2, 4, wg, 99.0), (5, 8, wg, 14.0), (33, 64, hm, 39.0)])))
+    (tmp_path / "tune_decode_h64_fp8_584_fp8_584_h200.json").write_text(json.dumps({**_tune(
+        [(1, 1, wg, 11.0), (2, 4, wg, 99.0), (5, 8, wg, 14.0), (33, 64, hm, 39.0)]), "finished_at": "2026-12-06 20:13 UTC"}))
     tunes = load_tunes(tmp_path, [64, 128], ["fp8_584+fp8_584", "nvfp4_288+fp8_528"])
     assert list(tunes) == [(64, "fp8_584+fp8_584")]
     lines = table(runs, tunes).splitlines()
     assert "| kvtune tuned config (`kvtune tune`) | fp8_584 + fp8_584 | 64 | 11.0 | 14.0 | 39.0 |" in lines
-    assert "| fp8_584+fp8_584 | 64 | 64 | wgmma, heads on M, QK/PV split, splits auto | 39.00 |" in lines
+    assert "| fp8_584+fp8_584 | 64 | 64 | wgmma, heads on M, QK/PV split, splits auto | 39.00 | 2026-12-06 20:13 UTC |" \
+        in lines
     assert "- fp8_584 pair at H=64 at least as fast as FlashMLA at 64 heads (T=1 11.0 vs 11.9, T=8 14.0 vs 14.4, " \
            "T=64 39.0 vs 40.5 us): holds" in lines
     # Without the tune the same picks do not hold; the V4.1 line compares the runs' picks either way

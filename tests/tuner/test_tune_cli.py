@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,9 @@ def test_kvtune_tune_pack_on_the_interpreter(tmp_path: Path) -> None:
     assert "cpu-interpreter" in proc.stdout
     assert "trial" in proc.stderr  # the progress bar
 
-    res = TuneResult.from_json(json.loads(out.read_text()))
+    doc = json.loads(out.read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", doc["finished_at"]), doc["finished_at"]
+    res = TuneResult.from_json(doc)
     assert res.key == pack_key("mxfp4_68", "interp") and res.target == "interp" and res.search == "tpe"
     (b,) = res.buckets
     assert b.bucket == Bucket("N", 1, 16) and len(b.trials) == 3
