@@ -214,7 +214,7 @@ def _add_offline_commands(sub: argparse._SubParsersAction) -> None:
     tu.add_argument("--no-precompile", action="store_true", help="skip the static compile check on GPU targets")
     tu.add_argument("--storage", default=None, help="Optuna RDB URL to keep/share the studies (default: in memory)")
     tu.add_argument("--seed", type=int, default=0, help="the sampler's seed (same seed, same trials)")
-    tu.add_argument("--out", default=None, help="write the TuneResult as JSON here")
+    tu.add_argument("--out", default=None, help="write the TuneResult as JSON here (and finished_at, UTC)")
     tu.set_defaults(func=_cmd_tune)
 
 
