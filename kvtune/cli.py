@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from typing import Sequence
 
 from catalog.targets import GPU_TARGETS, TARGETS
@@ -131,8 +132,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         from templates.render import write_atomic
-
-        from datetime import datetime, timezone
 
         # When it ended, for the tables that quote a tune beside runs of other dates (heads_table.py).
         doc = {**result.to_json(), "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

@@ -141,9 +141,9 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
 def combine_tile(block_s: int, block_h: int, n_tok: int = 0, sms: int = 0) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of decode_combine: each program loads all [block_s, block_h, BLOCK_D]
     partials in one block, about COMBINE_ELEMS of them (64 dims at 2 splits x 16 heads, 16 from 5
-    splits up: BLOCK_S 8), and takes more warps past 8192 so no thread holds more than 64 of them. With fewer
-    than `sms` programs that way (`n_tok` blocks of tokens and heads, 512 / BLOCK_D programs
-    each), the slices narrow down to 4 dims until the merge covers the SMs: a small batch's merge
+    splits up: BLOCK_S 8), and takes more warps past 8192 so no thread holds more than 64 of them.
+    With fewer than `sms` programs that way (`n_tok` blocks of tokens and heads, 512 / BLOCK_D
+    programs each), the slices narrow down to 4 dims until the merge covers the SMs: a small batch's merge
     is latency, one program per SM with a few warps each cannot hide it.
     Measured on the H200 (benchmarks/results/merge_in_kernel/combine_sweep_h200.md, every tile at
     T 1-64 x 16-128 heads x 2-16 partials): 16 dims at 5-16 partials was the fastest tile nearly
