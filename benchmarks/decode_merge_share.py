@@ -37,6 +37,11 @@ ROWS = [(V41, 16, 1, "MMA=wgmma"), (V41, 16, 8, "MMA=wgmma"), (V41, 16, 64, "MMA
         (V4, 16, 1, "MMA=wgmma"), (V4, 32, 1, "MMA=wgmma"), (V4, 64, 1, "MMA=wgmma"), (V4, 64, 8, "MMA=wgmma"),
         (V4, 128, 1, "MMA=wgmma,NUM_SPLITS=8"), (V4, 128, 1, "MMA=wgmma"), (V4, 128, 8, "MMA=wgmma_ws"),
         (V41, 128, 1, "MMA=wgmma")]
+# `--ws`: the warp-specialised build (the tunes' pick from T=2 to 64 at 16-64 heads, T=2-16 above),
+# whose COMBINE=fused merges by tickets: the last program takes the others' partials.
+WS_ROWS = [(V41, 16, 8, "MMA=wgmma_ws"), (V41, 16, 64, "MMA=wgmma_ws"), (V4, 16, 64, "MMA=wgmma_ws"),
+           (V4, 64, 8, "MMA=wgmma_ws"), (V4, 128, 8, "MMA=wgmma_ws"), (V41, 128, 8, "MMA=wgmma_ws"),
+           (V4, 128, 16, "MMA=wgmma_ws")]
 
 
 _POOLS: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
@@ -82,9 +87,11 @@ def _row(pair: tuple[str, str], heads: int, t: int, pick: str, l2: int) -> dict[
         row["merge_alone_us"] = _time(lambda: merge(mod, part_o, part_ml, sink, o, lse, n_parts, has_sink),
                                       1, True)
     if cfg["MMA"] in WGMMA_MERGE_MMAS and parts > 1:
-        # COMBINE=fused: the token's programs merge their partials themselves (where the grid fits the SMs).
+        # COMBINE=fused: the token's programs merge their partials themselves (at a barrier where the
+        # grid fits the SMs; the warp-specialised build's last program by tickets at any grid).
         fused = cfg.replace(COMBINE="fused")
-        row["fused_in_kernel"] = L.merge_fits(parts, t * parts * groups, torch.device("cuda"))
+        row["fused_in_kernel"] = L.merge_fits(parts, t * parts * groups, torch.device("cuda"),
+                                              resident=cfg["MMA"] != "wgmma_ws")
 
         def run_fused(s: dict[str, Any]) -> Any:
             return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"],
@@ -136,6 +143,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--name", default="decode_merge_share")
+    ap.add_argument("--ws", action="store_true", help="the warp-specialised build's rows (WS_ROWS) instead")
     args = ap.parse_args()
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         print("decode_merge_share runs on an sm_90 GPU only", file=sys.stderr)
@@ -143,7 +151,7 @@ def main() -> int:
     prov = provenance()
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     rows = []
-    for pair, heads, t, pick in ROWS:
+    for pair, heads, t, pick in WS_ROWS if args.ws else ROWS:
         rows.append(_row(pair, heads, t, pick, l2))
         print(rows[-1], flush=True)
         write_results(args.out, args.name, {"provenance": prov, "rows": rows}, _markdown(prov, rows))
