@@ -93,9 +93,9 @@ MERGE_DONE = gl.constexpr(1 << 16)
 
 
 @gluon.jit
-def _merge_ticket(cnt_ptr, n_parts, role_smem):
+def _merge_ticket(cnt_ptr, n_parts, role_smem, role_bar):
     # The producer's end: this program's role (1: it takes the others' partials) into role_smem
-    # ([1, n] uint8), which the consumer's epilogue reads after the region joins.
+    # ([1, 32] uint8), handed to the consumer's epilogue by role_bar (_merge_role waits for it).
     n = gl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
     last = (n & (MERGE_DONE - 1)) == n_parts - 1
     if last:
@@ -105,10 +105,13 @@ def _merge_ticket(cnt_ptr, n_parts, role_smem):
         gl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
     rl: gl.constexpr = _lay(gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0]))
     role_smem.store(gl.zeros([1, 32], gl.uint8, rl) + last.to(gl.uint8))
+    gl.thread_barrier()
+    mbarrier.arrive(role_bar)
 
 
 @gluon.jit
-def _merge_role(role_smem):
+def _merge_role(role_smem, role_bar):
+    mbarrier.wait(role_bar, 0)
     rl: gl.constexpr = _lay(gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0]))
     return gl.max(gl.max(role_smem.load(rl).to(gl.int32), axis=1), axis=0)
 
@@ -1117,7 +1120,6 @@ def decode_wgmma_kernel(
         gl.store(base + 3 * CHUNK, o3, mask=ohm)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
-
         if MERGE:
             _merge_barrier(cnt, flag, gl.num_programs(1))
             _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
@@ -1428,7 +1430,7 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
 def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                  comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
                  empty, share_ws, share_cnt, share_rdy, tile0, n_groups, merge_cnt, n_parts, role_smem,
-                 COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr,
+                 role_bar, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr,
                  MERGE: gl.constexpr):
     kl: gl.constexpr = _lay(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
@@ -1457,7 +1459,7 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
                      SHARE)
     async_copy.wait_group(0)
     if MERGE:  # the consumer still attends the last tile: the merge's trips go out under it
-        _merge_ticket(merge_cnt, n_parts, role_smem)
+        _merge_ticket(merge_cnt, n_parts, role_smem, role_bar)
 
 
 @gluon.jit
@@ -1585,6 +1587,8 @@ def decode_wgmma_ws_kernel(
         mbarrier.init(empty.index(b), count=1)
     # MERGE: the producer's ticket says whether this program takes the token's partials (_merge_ticket).
     role_smem = gl.allocate_shared_memory(gl.uint8, [1, 32], st_l)
+    role_bar = gl.allocate_shared_memory(gl.int64, [1], _lay(mbarrier.MBarrierLayout()))
+    mbarrier.init(role_bar, count=1)
     merge_cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
     fence_async_shared()
     gl.thread_barrier()
@@ -1595,8 +1599,8 @@ def decode_wgmma_ws_kernel(
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                         comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
                         ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
-                        gl.num_programs(2), merge_cnt, gl.num_programs(1), role_smem, COMP_SHIFT, WIN_SHIFT,
-                        PREFETCH, SHARE, MERGE)),
+                        gl.num_programs(2), merge_cnt, gl.num_programs(1), role_smem, role_bar, COMP_SHIFT,
+                        WIN_SHIFT, PREFETCH, SHARE, MERGE)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT and not MERGE:
         _launch_dependents()
@@ -1611,7 +1615,7 @@ def decode_wgmma_ws_kernel(
     if SPLIT:
         cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
         if MERGE:
-            if _merge_role(role_smem):
+            if _merge_role(role_smem, role_bar):
                 m_i, l_i, o0, o1, o2, o3 = _merge_taken(part_o_ptr, part_ml_ptr, t64, sp, gl.num_programs(1), n_heads,
                                                         h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3, MERGE_S)
                 _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3,
@@ -1625,7 +1629,6 @@ def decode_wgmma_ws_kernel(
                 gl.store(base + 3 * CHUNK, o3, mask=ohm)
                 gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
                 gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
-
                 # Every thread's stores before the one release that counts this partial done.
                 gl.thread_barrier()
                 gl.atomic_add(cnt, MERGE_DONE, sem="release", scope="gpu")
@@ -1638,7 +1641,6 @@ def decode_wgmma_ws_kernel(
             gl.store(base + 3 * CHUNK, o3, mask=ohm)
             gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
             gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
-
     else:
         _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3, HAS_SINK)
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
