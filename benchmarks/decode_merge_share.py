@@ -39,9 +39,8 @@ ROWS = [(V41, 16, 1, "MMA=wgmma"), (V41, 16, 8, "MMA=wgmma"), (V41, 16, 64, "MMA
         (V41, 128, 1, "MMA=wgmma")]
 # `--ws`: the warp-specialised build (the tunes' pick from T=2 to 64 at 16-64 heads, T=2-16 above),
 # whose COMBINE=fused merges by tickets: the last program takes the others' partials.
-WS_ROWS = [(V41, 16, 8, "MMA=wgmma_ws"), (V41, 16, 64, "MMA=wgmma_ws"), (V4, 16, 64, "MMA=wgmma_ws"),
-           (V4, 64, 8, "MMA=wgmma_ws"), (V4, 128, 8, "MMA=wgmma_ws"), (V41, 128, 8, "MMA=wgmma_ws"),
-           (V4, 128, 16, "MMA=wgmma_ws")]
+WS_ROWS = [(V41, 16, 64, "MMA=wgmma_ws"), (V4, 128, 8, "MMA=wgmma_ws"), (V41, 16, 8, "MMA=wgmma_ws"),
+           (V4, 16, 64, "MMA=wgmma_ws"), (V4, 64, 8, "MMA=wgmma_ws"), (V41, 128, 8, "MMA=wgmma_ws")]
 
 
 _POOLS: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
