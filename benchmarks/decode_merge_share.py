@@ -37,8 +37,8 @@ ROWS = [(V41, 16, 1, "MMA=wgmma"), (V41, 16, 8, "MMA=wgmma"), (V41, 16, 64, "MMA
         (V4, 16, 1, "MMA=wgmma"), (V4, 32, 1, "MMA=wgmma"), (V4, 64, 1, "MMA=wgmma"), (V4, 64, 8, "MMA=wgmma"),
         (V4, 128, 1, "MMA=wgmma,NUM_SPLITS=8"), (V4, 128, 1, "MMA=wgmma"), (V4, 128, 8, "MMA=wgmma_ws"),
         (V41, 128, 1, "MMA=wgmma")]
-# `--ws`: the warp-specialised build (the tunes' pick from T=2 to 64 at 16-64 heads, T=2-16 above),
-# whose COMBINE=fused merges by tickets: the last program takes the others' partials.
+# `--ws`: the warp-specialised build (the tunes' pick from T=2 to 64 at 16-64 heads, T=2-16 above), issue
+# 26's T=64 line and issue 28's 128-head T=8 pick first.
 WS_ROWS = [(V41, 16, 64, "MMA=wgmma_ws"), (V4, 128, 8, "MMA=wgmma_ws"), (V41, 16, 8, "MMA=wgmma_ws"),
            (V4, 16, 64, "MMA=wgmma_ws"), (V4, 64, 8, "MMA=wgmma_ws"), (V41, 128, 8, "MMA=wgmma_ws")]
 
@@ -86,11 +86,9 @@ def _row(pair: tuple[str, str], heads: int, t: int, pick: str, l2: int) -> dict[
         row["merge_alone_us"] = _time(lambda: merge(mod, part_o, part_ml, sink, o, lse, n_parts, has_sink),
                                       1, True)
     if cfg["MMA"] in WGMMA_MERGE_MMAS and parts > 1:
-        # COMBINE=fused: the token's programs merge their partials themselves (at a barrier where the
-        # grid fits the SMs; the warp-specialised build's last program by tickets at any grid).
+        # COMBINE=fused: the token's programs merge their partials themselves (where the grid fits the SMs).
         fused = cfg.replace(COMBINE="fused")
-        row["fused_in_kernel"] = L.merge_fits(parts, t * parts * groups, torch.device("cuda"),
-                                              resident=cfg["MMA"] != "wgmma_ws")
+        row["fused_in_kernel"] = L.merge_fits(parts, t * parts * groups, torch.device("cuda"))
 
         def run_fused(s: dict[str, Any]) -> Any:
             return decode(s["q"], s["comp_cache"], pair[0], s["topk_idx"], s["win_cache"], pair[1], s["window_idx"],

@@ -354,7 +354,7 @@ for phase in "$@"; do
     echo "combine_sweep rc=$?" >>"$OUT/combine_sweep.log"
     ;;
   merge-share)  # what the split merge (decode_combine) costs the wgmma picks at small T: whole, without it, alone
-    # MERGE_SHARE_ARGS=--ws: the warp-specialised build's rows (its merge by tickets), MERGE_SHARE_NAME their file
+    # MERGE_SHARE_ARGS: --ws (the warp-specialised build's rows), --row COMP+WIN:H:T:PICK; MERGE_SHARE_NAME the file
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_merge_share.py ${MERGE_SHARE_ARGS:-} \
       --name "${MERGE_SHARE_NAME:-decode_merge_share_h200}" --out "$OUT/results" \
       >"$OUT/decode_merge_share.log" 2>&1

@@ -673,9 +673,6 @@ def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pyte
     assert L.merge_fits(10, 10, dev) and L.merge_fits(2, 128, dev) and L.merge_fits(16, 132, dev)
     assert not L.merge_fits(1, 1, dev)  # one program a token: nothing to merge
     assert not L.merge_fits(2, 133, dev)  # a program could wait on one not yet resident
-    # The warp-specialised build's tickets: the last program takes partials that are done, at any grid.
-    assert L.merge_fits(2, 133, dev, resident=False) and L.merge_fits(16, 4096, dev, resident=False)
-    assert not L.merge_fits(1, 1, dev, resident=False) and not L.merge_fits(32, 32, dev, resident=False)
     assert not L.merge_fits(32, 32, dev)  # more partials than the merge's block
     # The path keeps COMBINE on the builds that merge themselves, fixes it on the others.
     for mma in ("wgmma", "wgmma_ws"):
@@ -1217,11 +1214,9 @@ def test_wgmma_matches_reference_at_every_head_count_on_sm90(pair: tuple[str, st
 @pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584")], ids=lambda p: "+".join(p))
 def test_wgmma_merge_in_kernel_matches_the_merge_kernel_on_sm90(pair: tuple[str, str], build: tuple[str, int]) -> None:
     """COMBINE=fused on the heads-on-N builds: a token's programs merge their partials themselves
-    (the one-warpgroup build: arrive, wait for the others, each a slice of D; the warp-specialised
-    one: the last to take a ticket merges the others' partials into its own). At 16, 24 and 128
-    heads, T = 1, 8, 64, splits auto / 4 / 16 (where a barrier build's grid outgrows the SMs or a
-    token has more than 16 partials the launch falls back to decode_combine: checked too; the
-    ticket build's grids of up to 2048 programs merge in the kernel), sink on and off, a token whose lists are all -1:
+    (arrive, wait for the others, each a slice of D). At 16, 24 and 128 heads, T = 1, 8, 64, splits
+    auto / 4 / 16 (where the grid outgrows the SMs or a token has more than 16 partials the launch
+    falls back to decode_combine: checked too), sink on and off, a token whose lists are all -1:
     outputs poisoned, then within a bf16 step of the merge kernel's and checked against the float64
     reference; the arrival counts left zero after every launch; the same launch replayed three
     times from a CUDA graph."""
@@ -1251,7 +1246,7 @@ def test_wgmma_merge_in_kernel_matches_the_merge_kernel_on_sm90(pair: tuple[str,
                 hb = wgmma_program_heads(fused, heads, comp, win)
                 groups = -(-heads // hb)
                 parts, _ = wgmma_plan(fused.replace(NUM_SPLITS=splits), t, 512, 128, torch.device("cuda"), groups)
-                merged_in_kernel += merge_fits(parts, t * parts * groups, torch.device("cuda"), resident=mma == "wgmma")
+                merged_in_kernel += merge_fits(parts, t * parts * groups, torch.device("cuda"))
     assert merged_in_kernel >= 6  # the in-kernel merge ran, not only the fallback
     from tuner.kernels.decode.buffers import _MERGE_COUNTERS
 

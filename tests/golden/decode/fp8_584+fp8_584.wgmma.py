@@ -80,96 +80,6 @@ def _merge_barrier(cnt_ptr, flag, n_parts):
     gl.thread_barrier()
 
 
-# The warp-specialised build's merge (MMA=wgmma_ws, COMBINE=fused) takes tickets instead of
-# meeting at a barrier: the producer warps, idle once their last tile is handed over, take a
-# ticket on the (token, head group)'s arrival word while the consumer still attends its last tile.
-# The programs before the last give: they store their partial and count it done with a release;
-# the last takes, waiting (acquire) for every other partial to be done, and merges them into its
-# own registers, so both trips and the wait hide under its own last tile, and only the read of
-# the partials lies after its key loop. No program waits for one that has not taken a ticket, so
-# the grid need not be resident. One int32 word: tickets in bits 0-15, partials done from bit 16;
-# the taker resets it to zero (every ticket of the launch is taken by then).
-MERGE_DONE = gl.constexpr(1 << 16)
-
-
-@gluon.jit
-def _merge_ticket(cnt_ptr, n_parts, role_smem, role_bar):
-    # The producer's end: this program's role (1: it takes the others' partials) into role_smem
-    # ([1, 32] uint8), handed to the consumer's epilogue by role_bar (_merge_role waits for it).
-    n = gl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
-    last = (n & (MERGE_DONE - 1)) == n_parts - 1
-    if last:
-        d = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-        while (d >> 16) < n_parts - 1:
-            d = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-        gl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
-    rl: gl.constexpr = _lay(gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0]))
-    role_smem.store(gl.zeros([1, 32], gl.uint8, rl) + last.to(gl.uint8))
-    gl.thread_barrier()
-    mbarrier.arrive(role_bar)
-
-
-@gluon.jit
-def _merge_role(role_smem, role_bar):
-    mbarrier.wait(role_bar, 0)
-    rl: gl.constexpr = _lay(gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0]))
-    return gl.max(gl.max(role_smem.load(rl).to(gl.int32), axis=1), axis=0)
-
-
-@gluon.jit
-def _merge_taken(part_o_ptr, part_ml_ptr, t64, sp, n_parts, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2,
-                 o3, MERGE_S: gl.constexpr):
-    # The taker's merge: every other partial of its token (stored by programs that counted it done
-    # before this one's acquire; .cg, from L2) into this program's running max m_i, sum l_i and
-    # unnormalised o0..o3, in their own layouts (decode_combine's arithmetic, one partial at a time).
-    o_hl: gl.constexpr = gl.SliceLayout(0, o0.type.layout)
-    for j in gl.static_range(MERGE_S):
-        if (j < n_parts) & (j != sp):
-            row = (t64 * n_parts + j) * n_heads
-            mj = gl.load(part_ml_ptr + (row + h) * 2, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-            lj = gl.load(part_ml_ptr + (row + h) * 2 + 1, mask=hmask, other=0.0, cache_modifier=".cg")
-            base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
-            p0 = gl.load(base, mask=ohm, other=0.0, cache_modifier=".cg")
-            p1 = gl.load(base + CHUNK, mask=ohm, other=0.0, cache_modifier=".cg")
-            p2 = gl.load(base + 2 * CHUNK, mask=ohm, other=0.0, cache_modifier=".cg")
-            p3 = gl.load(base + 3 * CHUNK, mask=ohm, other=0.0, cache_modifier=".cg")
-            big = gl.maximum(m_i, mj)
-            big_use = gl.where(big == float("-inf"), 0.0, big)
-            wa = gl.exp2(m_i - big_use)
-            wb = gl.exp2(mj - big_use)
-            l_i = l_i * wa + lj * wb
-            m_i = big
-            wa_o = gl.convert_layout(wa, o_hl)[None, :]
-            wb_o = gl.convert_layout(wb, o_hl)[None, :]
-            o0 = o0 * wa_o + p0 * wb_o
-            o1 = o1 * wa_o + p1 * wb_o
-            o2 = o2 * wa_o + p2 * wb_o
-            o3 = o3 * wa_o + p3 * wb_o
-    return m_i, l_i, o0, o1, o2, o3
-
-
-@gluon.jit
-def _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3,
-            HAS_SINK: gl.constexpr):
-    # A token's normalised o and its lse from the running max m_i, sum l_i and unnormalised
-    # o0..o3 (heads on N). lse over the keys only; the sink joins o's denominator. No key: o = 0,
-    # lse = -inf.
-    has = l_i > 0
-    m_use = gl.where(has, m_i, 0.0)
-    den = l_i
-    if HAS_SINK:
-        den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
-    inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
-    lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
-    gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
-    inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o0.type.layout))[None, :]
-    base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
-    gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
-    gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
-    gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
-    gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
-
-
 @gluon.jit
 def _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, n_parts, n_heads, h0,
                   HB: gl.constexpr, MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr):
@@ -970,8 +880,8 @@ def decode_wgmma_kernel(
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
-        cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
         if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
             flag = _merge_flag(cnt)
         row = (t64 * gl.num_programs(1) + sp) * n_heads
         base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
@@ -986,7 +896,21 @@ def decode_wgmma_kernel(
             _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
                           HB, MERGE_S, HAS_SINK)
     else:
-        _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3, HAS_SINK)
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 
 
 @gluon.jit
@@ -1225,9 +1149,8 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
 @gluon.jit
 def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                  comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                 empty, share_ws, share_cnt, share_rdy, tile0, n_groups, merge_cnt, n_parts, role_smem,
-                 role_bar, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr,
-                 MERGE: gl.constexpr):
+                 empty, share_ws, share_cnt, share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr,
+                 WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
     kl: gl.constexpr = _lay(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
     w_lim = gl.minimum(window, w1 * BLOCK_N)
@@ -1254,8 +1177,6 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
                      share_ws, share_cnt, share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH,
                      SHARE)
     async_copy.wait_group(0)
-    if MERGE:  # the consumer still attends the last tile: the merge's trips go out under it
-        _merge_ticket(merge_cnt, n_parts, role_smem, role_bar)
 
 
 @gluon.jit
@@ -1378,11 +1299,6 @@ def decode_wgmma_ws_kernel(
     for b in gl.static_range(2):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
-    # MERGE: the producer's ticket says whether this program takes the token's partials (_merge_ticket).
-    role_smem = gl.allocate_shared_memory(gl.uint8, [1, 32], st_l)
-    role_bar = gl.allocate_shared_memory(gl.int64, [1], _lay(mbarrier.MBarrierLayout()))
-    mbarrier.init(role_bar, count=1)
-    merge_cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
     fence_async_shared()
     gl.thread_barrier()
 
@@ -1392,8 +1308,7 @@ def decode_wgmma_ws_kernel(
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                         comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
                         ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
-                        gl.num_programs(2), merge_cnt, gl.num_programs(1), role_smem, role_bar, COMP_SHIFT,
-                        WIN_SHIFT, PREFETCH, SHARE, MERGE)),
+                        gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT and not MERGE:
         _launch_dependents()
@@ -1406,36 +1321,37 @@ def decode_wgmma_ws_kernel(
     h = h0 + gl.arange(0, HB, layout=hl)
     hmask = h < n_heads
     if SPLIT:
-        cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
         if MERGE:
-            if _merge_role(role_smem, role_bar):
-                m_i, l_i, o0, o1, o2, o3 = _merge_taken(part_o_ptr, part_ml_ptr, t64, sp, gl.num_programs(1), n_heads,
-                                                        h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3, MERGE_S)
-                _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3,
-                        HAS_SINK)
-            else:
-                row = (t64 * gl.num_programs(1) + sp) * n_heads
-                base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
-                gl.store(base, o0, mask=ohm)
-                gl.store(base + CHUNK, o1, mask=ohm)
-                gl.store(base + 2 * CHUNK, o2, mask=ohm)
-                gl.store(base + 3 * CHUNK, o3, mask=ohm)
-                gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
-                gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
-                # Every thread's stores before the one release that counts this partial done.
-                gl.thread_barrier()
-                gl.atomic_add(cnt, MERGE_DONE, sem="release", scope="gpu")
-        else:
-            row = (t64 * gl.num_programs(1) + sp) * n_heads
-            base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
-            gl.store(base, o0, mask=ohm)
-            gl.store(base + CHUNK, o1, mask=ohm)
-            gl.store(base + 2 * CHUNK, o2, mask=ohm)
-            gl.store(base + 3 * CHUNK, o3, mask=ohm)
-            gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
-            gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            flag = _merge_flag(cnt)
+        row = (t64 * gl.num_programs(1) + sp) * n_heads
+        base = part_o_ptr + (row + oh[None, :]) * D + od[:, None]
+        gl.store(base, o0, mask=ohm)
+        gl.store(base + CHUNK, o1, mask=ohm)
+        gl.store(base + 2 * CHUNK, o2, mask=ohm)
+        gl.store(base + 3 * CHUNK, o3, mask=ohm)
+        gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
+        gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
+        if MERGE:
+            _merge_barrier(cnt, flag, gl.num_programs(1))
+            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
+                          HB, MERGE_S, HAS_SINK)
     else:
-        _finish(o_ptr, lse_ptr, sink_ptr, t64, n_heads, h, hmask, oh, od, ohm, m_i, l_i, o0, o1, o2, o3, HAS_SINK)
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
 # (64 heads on M) as the consumer, beside a producer warpgroup that reads each tile's records
 # straight from global memory into registers, as FlashMLA's sm90 sparse decode does (two bf16 K

@@ -6,7 +6,7 @@ row, so each record is loaded and dequantized once) over one split of its two ke
 LISTS=apart, over a chunk of one of them); with more than one program per token, partial results
 are merged by their log-sum-exp (flash-decoding), so that a batch of one token still fills the GPU:
 in a second kernel (COMBINE=kernel) or by the token's last program to finish (COMBINE=fused; on
-the wgmma path's one-warpgroup build, by all of the token's programs after a barrier).
+the wgmma path's heads-on-N builds, by all of the token's programs after a barrier).
 
 The family in parts that change apart: `launch` (argument checks, split plans, the launches),
 `buffers` (what the wgmma builds keep per device across launches), `inputs` (inputs, run,

@@ -432,10 +432,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
     grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
     takes_merge = name in WGMMA_MERGE_MMAS
-    # The warp-specialised build merges by tickets (the last program takes the others' partials: no
-    # program waits for one not yet resident), the one-warpgroup build at a barrier (every one waits).
-    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device,
-                                                                     resident=name != "wgmma_ws")
+    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
     merge_cnt = merge_counters(n_tok * groups, q.device) if merge else topk_idx  # any int32 keeps the signature
     args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
             *((merge_cnt,) if takes_merge else ()),
@@ -466,15 +463,13 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
 MERGE_MAX_PARTS = 16
 
 
-def merge_fits(parts: int, programs: int, device: torch.device, resident: bool = True) -> bool:
+def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
     """Whether a launch's programs may merge their partials themselves (COMBINE=fused on the
-    heads-on-N builds): a token's partials must fit the merge's one block load (MERGE_MAX_PARTS),
-    and where each program waits for its token's others at a barrier (`resident`: the
-    one-warpgroup build) every program of the grid must be resident at once (one an SM: the path's
-    shared memory) -- no more programs than SMs. The warp-specialised build's last program takes
-    the partials of programs that are done, so its grid may outgrow the SMs. Otherwise
+    heads-on-N builds): each waits for its token's others, so every program of the grid must be
+    resident at once (one an SM: the path's shared memory) -- no more programs than SMs -- and a
+    token's partials must fit the merge's one block load (MERGE_MAX_PARTS). Otherwise
     decode_combine merges them."""
-    return 1 < parts <= MERGE_MAX_PARTS and (not resident or programs <= sm_count(device))
+    return 1 < parts <= MERGE_MAX_PARTS and programs <= sm_count(device)
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,
