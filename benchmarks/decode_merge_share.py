@@ -9,6 +9,7 @@ this measures it, and the picks with COMBINE=fused (their programs merge the par
 bench_decode.py), each pick first checked against the float64 reference.
 
     python benchmarks/decode_merge_share.py --out benchmarks/results     # GPU, sm_90
+    python benchmarks/decode_merge_share.py --ws --row nvfp4_288+fp8_528:16:1:MMA=wgmma,num_warps=8
 """
 
 from __future__ import annotations
