@@ -137,22 +137,31 @@ def _fused(r: dict[str, Any]) -> str:
     return f"{r['fused_us']:.2f}" + ("" if r.get("fused_in_kernel") else " (fell back to decode_combine)")
 
 
+def _row_arg(text: str) -> tuple[tuple[str, str], int, int, str]:
+    """--row's COMP+WIN:H:T:PICK as a ROWS entry."""
+    try:
+        pair, heads, t, pick = text.split(":", 3)
+        comp, win = pair.split("+")
+        return (comp, win), int(heads), int(t), pick
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not COMP+WIN:H:T:PICK") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--name", default="decode_merge_share")
     ap.add_argument("--ws", action="store_true", help="the warp-specialised build's rows (WS_ROWS) instead")
-    ap.add_argument("--row", action="append", default=[], metavar="COMP+WIN:H:T:PICK",
+    ap.add_argument("--row", action="append", default=[], type=_row_arg, metavar="COMP+WIN:H:T:PICK",
                     help="a row of its own, after the others (repeatable), e.g. nvfp4_288+fp8_528:16:1:MMA=wgmma,num_warps=8")
     args = ap.parse_args()
-    extra = [(tuple(p.split("+")), int(h), int(t), pick) for p, h, t, pick in (r.split(":", 3) for r in args.row)]
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         print("decode_merge_share runs on an sm_90 GPU only", file=sys.stderr)
         return 2
     prov = provenance()
     l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     rows = []
-    for pair, heads, t, pick in (WS_ROWS if args.ws else ROWS) + extra:
+    for pair, heads, t, pick in (WS_ROWS if args.ws else ROWS) + args.row:
         rows.append(_row(pair, heads, t, pick, l2))
         print(rows[-1], flush=True)
         write_results(args.out, args.name, {"provenance": prov, "rows": rows}, _markdown(prov, rows))
