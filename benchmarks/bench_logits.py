@@ -26,7 +26,7 @@ import torch  # noqa: E402
 if "--smoke" in sys.argv and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from benchmarks.common import copy_bandwidth, parse_cfg, provenance, time_us, write_results  # noqa: E402
+from benchmarks.common import copy_bandwidth, parse_cfg, provenance, sustained_clock, time_us, write_results  # noqa: E402
 from catalog.core import Bucket, Config  # noqa: E402
 from catalog.families.logits import LOGITS_FORMATS, default_config, dot_config, legality, logits_bytes, logits_flops, logits_key, space, variant_of
 from tuner.kernels.logits import logits, make_inputs, verify_inputs
@@ -151,11 +151,13 @@ def _timer(smoke: bool) -> Callable[[Callable[[], Any]], float]:
 
 
 def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, target: str, copy_bw: float, smoke: bool,
-                deadline: float = float("inf"), picks: list[str] | None = None, q_dtype: str = "fp8") -> dict:
+                deadline: float = float("inf"), picks: list[str] | None = None, q_dtype: str = "fp8",
+                clock: bool = False) -> dict:
     """Time every sweep config at one shape. `inp` holds n_rot disjoint groups of bucket.rep tokens:
     one timed call launches the kernel once per group and the time is divided by n_rot, so the
     groups' caches together exceed L2 (as in serving, where nothing is L2-resident). Past
-    `deadline` (time.time()) only the default is timed."""
+    `deadline` (time.time()) only the default is timed. `clock`: each timed config also runs
+    back to back for a few seconds while the SM clock is sampled (sustained_clock)."""
     key = logits_key(fmt, q_dtype)
     n = bucket.rep
     moved, flops = logits_bytes(key, bucket), logits_flops(key, bucket)
@@ -179,8 +181,13 @@ def bench_shape(fmt: str, bucket: Bucket, inp: dict[str, Any], n_rot: int, targe
             continue
         rows.append({"config": c.as_dict(), "us": us, "verify": err or "ok", "tflops": flops / (us * 1e-6) / 1e12,
                      "tbps": moved / (us * 1e-6) / 1e12})
-        print(f"    {c.to_json()}: {us:.1f} us, {rows[-1]['tflops']:.0f} TFLOP/s, {rows[-1]['tbps']:.2f} TB/s, {rows[-1]['verify']}",
-              flush=True)
+        if clock and not smoke:
+            rows[-1]["clock"] = clk = sustained_clock(fn)
+            if clk.get("samples"):
+                rows[-1]["kcycles"] = us * clk["sm_mhz"] / 1e3
+        print(f"    {c.to_json()}: {us:.1f} us, {rows[-1]['tflops']:.0f} TFLOP/s, {rows[-1]['tbps']:.2f} TB/s, {rows[-1]['verify']}"
+              + (f", {rows[-1]['clock'].get('sm_mhz')} MHz sustained, {rows[-1].get('kcycles', 0):.1f} kcycles"
+                 if "clock" in rows[-1] else ""), flush=True)
     ok = [r for r in rows if "us" in r and r["verify"] == "ok"]
     floor = moved / copy_bw * 1e6
     return {"format": fmt, "q_dtype": q_dtype, "shape": _shape_name(bucket), "bytes_moved": moved, "flops": flops, "floor_us": floor,
@@ -238,6 +245,17 @@ def markdown(payload: dict) -> str:
                          f"{b['tflops']:.0f} | {b['tbps']:.2f} | {b['us'] / s['floor_us']:.2f} |")
         else:
             lines.append(f"| {s['format']} | {s.get('q_dtype', 'fp8')} | {s['shape']} | {dus} | - | no config verified | {s['floor_us']:.1f} | - | - | - |")
+    clocked = [(s, r) for s in payload["shapes"] for r in s["rows"] if r.get("clock", {}).get("samples")]
+    if clocked:
+        lines += ["", "## Clock (`--clock`: each config run back to back for 3 s, the SM clock sampled by nvidia-smi)", "",
+                  "Time x the sustained clock is what a launch costs in SM cycles: a run at the power cap gets a lower "
+                  "clock, not a slower kernel.", "",
+                  "| format | shape | config | us | SM MHz (median, min-max) | power W | throttle reasons | kcycles a launch |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for s, r in clocked:
+            c, cfg = r["clock"], ",".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
+            lines.append(f"| {s['format']} | {s['shape']} | {cfg} | {r['us']:.1f} | {c['sm_mhz']:.0f} ({c['sm_mhz_min']:.0f}-"
+                         f"{c['sm_mhz_max']:.0f}) | {c['power_w']} | {' '.join(c['throttle'])} | {r['kcycles']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -253,6 +271,9 @@ def main() -> int:
     ap.add_argument("--skip-checks", action="store_true", help="no per-variant check (each timed config is still verified)")
     ap.add_argument("--name", default="logits", help="results file stem under --out (default: logits)")
     ap.add_argument("--q-dtypes", default="fp8", help="query dtypes timed per format, comma-separated: fp8, mxfp4")
+    ap.add_argument("--clock", action="store_true",
+                    help="also sample the SM clock while each config runs back to back (time x clock: a power-capped "
+                         "run is not a slower kernel)")
     args = ap.parse_args()
     q_dtypes = [q for q in args.q_dtypes.split(",") if q]
     if not q_dtypes or set(q_dtypes) - {"fp8", "mxfp4"}:
@@ -308,14 +329,14 @@ def main() -> int:
         for b in decode_bs:
             print(f"  {fmt} q={qdt} decode B={b}", flush=True)
             shapes.append(bench_shape(fmt, Bucket("B", 1, b, ctx_d), inp, pool // b, target, copy_bw, args.smoke, deadline,
-                                      args.pick, qdt))
+                                      args.pick, qdt, args.clock))
             save()
         del inp
         if prefill:
             inp = make_inputs(key, Bucket("T", 1, t_pre, ctx_p), device, seed=2)
             print(f"  {fmt} q={qdt} prefill T={t_pre}", flush=True)
             shapes.append(bench_shape(fmt, Bucket("T", 1, t_pre, ctx_p), inp, 1, target, copy_bw, args.smoke, deadline,
-                                      args.pick, qdt))
+                                      args.pick, qdt, args.clock))
             del inp
         if device == "cuda":
             torch.cuda.empty_cache()

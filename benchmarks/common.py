@@ -52,6 +52,41 @@ def time_us(fn: Callable[[], Any], graph: bool = True, rep: int = 200) -> float:
     return ms * 1e3
 
 
+def sustained_clock(fn: Callable[[], Any], seconds: float = 3.0, period_ms: int = 100) -> dict[str, Any]:
+    """The SM clock and board power while `fn` runs back to back for `seconds` (a CUDA graph of it
+    replayed), sampled by `nvidia-smi` every `period_ms`: medians, and the throttle reasons seen.
+    A kernel at the board's power cap runs at less than its maximum clock, so its time alone
+    mixes the kernel's work with the clock it was given; time x clock (cycles) does not."""
+    import statistics
+    import subprocess
+    import time
+
+    g = torch.cuda.CUDAGraph()
+    fn()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        fn()
+    query = "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active"
+    smi = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", f"-lms={period_ms}",
+                            f"--id={torch.cuda.current_device()}"], stdout=subprocess.PIPE, text=True)
+    try:
+        t_end = time.time() + seconds
+        while time.time() < t_end:
+            for _ in range(20):
+                g.replay()
+            torch.cuda.synchronize()
+    finally:
+        smi.terminate()
+        out, _ = smi.communicate(timeout=10)
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.count(",") == 2]
+    mhz = [float(r[0]) for r in rows if r[0].replace(".", "").isdigit()]
+    watts = [float(r[1]) for r in rows if r[1].replace(".", "").isdigit()]
+    if not mhz:
+        return {"samples": 0}
+    return {"samples": len(mhz), "sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz),
+            "power_w": statistics.median(watts) if watts else None, "throttle": sorted({r[2] for r in rows})}
+
+
 def write_results(out_dir: str | Path, name: str, payload: dict[str, Any], markdown: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
