@@ -220,14 +220,16 @@ for phase in "$@"; do
   ab-decode)  # A/B in one call (a call of its own: the copy stays patched) of benchmarks/patches/$AB_PATCH, a patch of
     # the decode builds, with Triton's ptxas: the 128-head QK / PV split with and without its L2 prefetch, both pairs,
     # T = 64, 8, 1; then the GPU tests of test_decode.py that AB_K picks (pytest -k) on the patched tree. AB_PAIRS
-    # and AB_BUILDS (labels, ';'-separated) narrow the A/B where device time is short.
+    # and AB_BUILDS (labels, ';'-separated) narrow the A/B where device time is short; AB_HEADS (default 128) names
+    # the head counts, e.g. AB_HEADS="16 128" AB_BUILDS="wgmma 1 warpgroup, splits auto;warp-specialised, splits auto".
     abp=${AB_PATCH:?ab-decode: name the patch (AB_PATCH=NAME.patch)}
     ab_patch "$abp"
     aargs=(); for p in ${AB_PAIRS:-fp8_584+fp8_584 nvfp4_288+fp8_528}; do aargs+=(--pair "$p"); done
     IFS=';' read -ra bs <<<"${AB_BUILDS:-heads on M QK/PV split, splits auto, L2 prefetch;heads on M QK/PV split, splits auto}"
     for b in "${bs[@]}"; do aargs+=(--only "=$b"); done
+    for h in ${AB_HEADS:-128}; do aargs+=(--heads "$h"); done
     env BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
-      python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 "${aargs[@]}" >"$OUT/ab_decode.log" 2>&1
+      python3 benchmarks/bench_decode_hm.py --ts 64,8,1 "${aargs[@]}" >"$OUT/ab_decode.log" 2>&1
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "${AB_K:-heads_on_m_matches}" >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
