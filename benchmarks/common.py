@@ -57,10 +57,13 @@ def sustained_clock(fn: Callable[[], Any], seconds: float = 3.0, period_ms: int 
     replayed), sampled by `nvidia-smi` every `period_ms`: medians, and the throttle reasons seen.
     A kernel at the board's power cap runs at less than its maximum clock, so its time alone
     mixes the kernel's work with the clock it was given; time x clock (cycles) does not."""
+    import shutil
     import statistics
     import subprocess
     import time
 
+    if shutil.which("nvidia-smi") is None:  # (AMD: rocm-smi's fields differ; no sample rather than a wrong one)
+        return {"samples": 0}
     g = torch.cuda.CUDAGraph()
     fn()
     torch.cuda.synchronize()
