@@ -57,9 +57,10 @@ def test_chunk_allocs_patch_takes_barriers_out_of_the_tile_loops(tmp_path: Path,
     # K's four 128-dim chunks and the stage rows' four as allocations of their own (the seed shape's
     # picks: MMA=wgmma at T <= 8, wgmma_ws at T = 64). Triton's shared-memory barrier pass tells
     # accesses apart by allocation only, so the tree takes a CTA barrier between every two chunks'
-    # stores and every two chunks' cp.async copies. From a patched copy (V4.1 pair): no tile loop
-    # with more barriers, a third fewer in all (2026-12-07: wgmma 12 + 12 -> 6 + 6 a tile, the ws
-    # producer's 17 + 11 -> 10 + 6), the same shared memory, no more spills.
+    # stores and every two chunks' cp.async copies (and the ws producer's slots took two more a
+    # tile through a layout conversion). From a patched copy (V4.1 pair): no tile loop with more
+    # barriers, a third fewer in all (2026-12-07: wgmma 12 + 12 -> 6 + 6 a tile, the ws producer's
+    # 17 + 11 -> 8 + 5), the same shared memory, no more spills.
     copy = _patched_copy(CHUNK_ALLOCS, tmp_path)
     fmt = "nvfp4_288,fp8_528"
     was, now = _static(ROOT, fmt, cfg), _static(copy, fmt, cfg)
