@@ -1,8 +1,10 @@
 """benchmarks/patches/: changes prepared for a device call (h200_session.sh applies one to the device's
 copy of the tree, times it against the tree as it is and runs its GPU tests). Each must still apply
 to this tree, or the call it waits for is wasted, and a patch that claims a static change shows it
-here, compiled for sm_90 on the CPU from a patched copy. (None waits when the folder is empty: the
-parameter sets are empty then, and pytest reports them skipped.)"""
+here, compiled for sm_90 on the CPU from a patched copy. A patch prepared on top of another names it in
+its header ("Applies after: NAME.patch", text git apply skips) and is checked on the tree with that one
+applied. (None waits when the folder is empty: the parameter sets are empty then, and pytest reports
+them skipped.)"""
 
 from __future__ import annotations
 
@@ -20,14 +22,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
 
+def _applies_after(patch: Path) -> list[Path]:
+    # The patches this one is prepared on top of, in order (its header's "Applies after:" lines).
+    head = patch.read_text().split("\ndiff --git", 1)[0]
+    return [patch.parent / line.split(":", 1)[1].strip() for line in head.splitlines()
+            if line.startswith("Applies after:")]
+
+
 def _patched_copy(patch: Path, dest: Path) -> Path:
-    # The tracked files as they are in this checkout (uncommitted edits included), then the patch.
+    # The tracked files as they are in this checkout (uncommitted edits included), then the patches
+    # it applies after, then the patch.
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
         if (ROOT / f).is_file():
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, dest / f)
-    subprocess.run(["git", "apply", str(patch)], cwd=dest, capture_output=True, text=True, check=True)
+    for p in [*_applies_after(patch), patch]:
+        subprocess.run(["git", "apply", str(p)], cwd=dest, capture_output=True, text=True, check=True)
     return dest
 
 
@@ -43,9 +54,14 @@ def _static(tree: Path, fmt: str, cfg: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
-def test_patch_applies_to_this_tree(patch: Path) -> None:
-    got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
-    assert got.returncode == 0, got.stderr
+def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
+    bases = _applies_after(patch)
+    assert all(b.exists() for b in bases), f"{patch.name} applies after a patch that is gone: {bases}"
+    if not bases:
+        got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+        return
+    _patched_copy(patch, tmp_path)  # raises CalledProcessError (git apply's message) where one does not apply
 
 
 CHUNK_ALLOCS = ROOT / "benchmarks" / "patches" / "decode_chunk_allocs.patch"
@@ -77,3 +93,21 @@ def test_chunk_allocs_patch_takes_barriers_out_of_the_tile_loops(chunk_allocs_tr
     # loops read K only through the MMAs), every tile loop in the other.
     converting = [i for i, lp in enumerate(was["loops"]) if lp["role"] == "producer"] or range(len(before))
     assert sum(after[i] for i in converting) <= 0.7 * sum(before[i] for i in converting), (before, after)
+
+
+OVERLAP = ROOT / "benchmarks" / "patches" / "decode_chunk_overlap.patch"
+
+
+@pytest.mark.skipif(not OVERLAP.exists(), reason="decode_chunk_overlap.patch has landed or gone")
+def test_chunk_overlap_patch_issues_mma1_by_chunk(chunk_allocs_tree: Path, tmp_path: Path) -> None:
+    # The one-warpgroup build (the seed shape's pick at T <= 8) with each chunk's part of MMA 1
+    # issued once that chunk is stored, so the tensor cores work while the warps convert the next:
+    # one CTA barrier a chunk (3 more a tile loop), the same shared memory, no spills; the
+    # heads-on-M build it shares the pass template with is unchanged.
+    fmt, tree = "nvfp4_288,fp8_528", _patched_copy(OVERLAP, tmp_path)
+    for cfg, more in (("MMA=wgmma", 3), ("MMA=wgmma_hm", 0)):
+        was, now = _static(chunk_allocs_tree, fmt, cfg), _static(tree, fmt, cfg)
+        assert now["shared_bytes"] == was["shared_bytes"] and now["spills"] == was["spills"] == 0, (was, now)
+        before = [lp["ops"].get("barrier", 0) for lp in was["loops"]]
+        after = [lp["ops"].get("barrier", 0) for lp in now["loops"]]
+        assert after == [b + more for b in before], (cfg, before, after)
