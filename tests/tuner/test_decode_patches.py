@@ -94,20 +94,3 @@ def test_chunk_allocs_patch_takes_barriers_out_of_the_tile_loops(chunk_allocs_tr
     converting = [i for i, lp in enumerate(was["loops"]) if lp["role"] == "producer"] or range(len(before))
     assert sum(after[i] for i in converting) <= 0.7 * sum(before[i] for i in converting), (before, after)
 
-
-OVERLAP = ROOT / "benchmarks" / "patches" / "decode_chunk_overlap.patch"
-
-
-@pytest.mark.skipif(not OVERLAP.exists(), reason="decode_chunk_overlap.patch has landed or gone")
-def test_chunk_overlap_patch_issues_mma1_by_chunk(chunk_allocs_tree: Path, tmp_path: Path) -> None:
-    # The one-warpgroup build (the seed shape's pick at T <= 8) with each chunk's part of MMA 1
-    # issued once that chunk is stored, so the tensor cores work while the warps convert the next:
-    # one CTA barrier a chunk (3 more a tile loop), the same shared memory, no spills; the
-    # heads-on-M build it shares the pass template with is unchanged.
-    fmt, tree = "nvfp4_288,fp8_528", _patched_copy(OVERLAP, tmp_path)
-    for cfg, more in (("MMA=wgmma", 3), ("MMA=wgmma_hm", 0)):
-        was, now = _static(chunk_allocs_tree, fmt, cfg), _static(tree, fmt, cfg)
-        assert now["shared_bytes"] == was["shared_bytes"] and now["spills"] == was["spills"] == 0, (was, now)
-        before = [lp["ops"].get("barrier", 0) for lp in was["loops"]]
-        after = [lp["ops"].get("barrier", 0) for lp in now["loops"]]
-        assert after == [b + more for b in before], (cfg, before, after)
