@@ -326,19 +326,19 @@ def _share_claim(cnt, n_groups):
 
 
 @gluon.jit
-def _share_put(kv_smem, kz, dst, rdy, gen):
-    # The tile in K buffer kz..kz + 3 (written, fenced, handed over) to the workspace at dst, then
-    # its ready word raised to gen + 1 once every thread's stores are out.
+def _share_put(k4, dst, rdy, gen):
+    # The tile in K buffer k4 (its four chunks; written, fenced, handed over) to the workspace at
+    # dst, then its ready word raised to gen + 1 once every thread's stores are out.
     off = _share_offsets()
     for c in gl.static_range(4):
-        gl.store(dst + c * BLOCK_N * CHUNK + off, kv_smem.index(kz + c).load(_rows_l(gl.num_warps())))
+        gl.store(dst + c * BLOCK_N * CHUNK + off, k4[c].load(_rows_l(gl.num_warps())))
     gl.thread_barrier()
     gl.atomic_max(rdy, gen + 1, sem="release", scope="gpu")
 
 
 @gluon.jit
-def _share_get(kv_smem, kz, src, rdy, gen, empty_bar, empty_phase, ready_bar):
-    # A copier's turn at a tile: once K buffer kz..kz + 3 is free (empty_bar) and the tile's
+def _share_get(k4, src, rdy, gen, empty_bar, empty_phase, ready_bar):
+    # A copier's turn at a tile: once K buffer k4 (its four chunks) is free (empty_bar) and the tile's
     # converter is done (ready word past gen), its tile copied from the workspace into that buffer
     # (cp.async.cg: from L2, never a stale L1 line; the wait for it waits for any copy in flight)
     # and handed over (ready_bar), as a converted tile is.
@@ -349,7 +349,7 @@ def _share_get(kv_smem, kz, src, rdy, gen, empty_bar, empty_phase, ready_bar):
     gl.thread_barrier()
     off = _share_offsets()
     for c in gl.static_range(4):
-        async_copy.async_copy_global_to_shared(kv_smem.index(kz + c), src + c * BLOCK_N * CHUNK + off,
+        async_copy.async_copy_global_to_shared(k4[c], src + c * BLOCK_N * CHUNK + off,
                                                cache_modifier=".cg")
     async_copy.commit_group()
     async_copy.wait_group(0)
@@ -439,10 +439,10 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
     # S^T[64, heads] = sum_c K_c q_c^T.
     fence_async_shared()
     gl.thread_barrier()
-    s = warpgroup_mma(kv_smem.index(kz), q_smem.index(z).permute((1, 0)),
+    s = warpgroup_mma(kv_smem[0].index(kz), q_smem.index(z).permute((1, 0)),
                       gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
-        s = warpgroup_mma(kv_smem.index(kz + c), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kv_smem[c].index(kz), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
@@ -463,10 +463,10 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
     # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
-    o0 = warpgroup_mma(kv_smem.index(kz).permute((1, 0)), pT, o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(kv_smem.index(kz + 1).permute((1, 0)), pT, o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(kv_smem.index(kz + 2).permute((1, 0)), pT, o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(kv_smem.index(kz + 3).permute((1, 0)), pT, o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(kv_smem[0].index(kz).permute((1, 0)), pT, o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(kv_smem[1].index(kz).permute((1, 0)), pT, o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(kv_smem[2].index(kz).permute((1, 0)), pT, o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(kv_smem[3].index(kz).permute((1, 0)), pT, o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -534,28 +534,28 @@ def _comp_c2(nw):
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
 # Side rows: the scale rows.
-_COMP_ROWS = gl.constexpr([8, BLOCK_N, 64])
+_COMP_ROWS = gl.constexpr([2, BLOCK_N, 64])  # a chunk's, one allocation each (stage_chunks)
 _COMP_SROWS = gl.constexpr([2, BLOCK_N, 32])
 
 
 @gluon.jit
 def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
-    # the data by chunk (rows[4u + c]: [keys, 64 bytes]), the scale rows (32 bytes a key)
+    # the data by chunk (rows[c][u]: [keys, 64 bytes]), the scale rows (32 bytes a key)
     # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
     C2: gl.constexpr = _comp_c2(gl.num_warps())
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 256, SHIFT)
     cb = gl.arange(0, 64, layout=gl.SliceLayout(0, C2))
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
+    async_copy.async_copy_global_to_shared(rows[0].index(u),
                                            cache_ptr + data[:, None] + (0 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1),
+    async_copy.async_copy_global_to_shared(rows[1].index(u),
                                            cache_ptr + data[:, None] + (64 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2),
+    async_copy.async_copy_global_to_shared(rows[2].index(u),
                                            cache_ptr + data[:, None] + (128 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
+    async_copy.async_copy_global_to_shared(rows[3].index(u),
                                            cache_ptr + data[:, None] + (192 + cb)[None, :],
                                            mask=valid[:, None])
     S2: gl.constexpr = _comp_s2(gl.num_warps())
@@ -569,8 +569,8 @@ def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: g
 @gluon.jit
 def _comp_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
     # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
-    row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 8, 8],
-                                             _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
+    row = rows[c].index(u)._reinterpret(gl.uint8, [BLOCK_N, 8, 8],
+                                        _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
     sb = srows.index(u).slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
     return row.load(L3), sb
 
@@ -637,13 +637,13 @@ def _comp_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
         b, sb = _comp_take(rows, srows, u, 0, L3)
-        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        kv_smem[0].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 1, L3)
-        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        kv_smem[1].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 2, L3)
-        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        kv_smem[2].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 3, L3)
-        kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
+        kv_smem[3].index(z).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l)
         slot = slot_n
@@ -723,28 +723,28 @@ def _win_c2(nw):
 
 # The stage buffers (two tiles): unswizzled rows, read back a thread's 16 contiguous bytes at a time.
 # Side rows: the scale rows.
-_WIN_ROWS = gl.constexpr([8, BLOCK_N, 128])
+_WIN_ROWS = gl.constexpr([2, BLOCK_N, 128])  # a chunk's, one allocation each (stage_chunks)
 _WIN_SROWS = gl.constexpr([2, BLOCK_N, 16])
 
 
 @gluon.jit
 def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
-    # the data by chunk (rows[4u + c]: [keys, 128 bytes]), the scale rows (16 bytes a key)
+    # the data by chunk (rows[c][u]: [keys, 128 bytes]), the scale rows (16 bytes a key)
     # into srows[u]; a slot of -1 fills zeros. The caller commits the group.
     C2: gl.constexpr = _win_c2(gl.num_warps())
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 512, SHIFT)
     cb = gl.arange(0, 128, layout=gl.SliceLayout(0, C2))
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 0),
+    async_copy.async_copy_global_to_shared(rows[0].index(u),
                                            cache_ptr + data[:, None] + (0 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 1),
+    async_copy.async_copy_global_to_shared(rows[1].index(u),
                                            cache_ptr + data[:, None] + (128 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 2),
+    async_copy.async_copy_global_to_shared(rows[2].index(u),
                                            cache_ptr + data[:, None] + (256 + cb)[None, :],
                                            mask=valid[:, None])
-    async_copy.async_copy_global_to_shared(rows.index(4 * u + 3),
+    async_copy.async_copy_global_to_shared(rows[3].index(u),
                                            cache_ptr + data[:, None] + (384 + cb)[None, :],
                                            mask=valid[:, None])
     S2: gl.constexpr = _win_s2(gl.num_warps())
@@ -758,8 +758,8 @@ def _win_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl
 @gluon.jit
 def _win_take(rows, srows, u, c: gl.constexpr, L3: gl.constexpr):
     # Chunk c of the tile in stage buffer u: its bytes [keys, tiles, bytes] and scales [keys, tiles].
-    row = rows.index(4 * u + c)._reinterpret(gl.uint8, [BLOCK_N, 4, 32],
-                                             _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
+    row = rows[c].index(u)._reinterpret(gl.uint8, [BLOCK_N, 4, 32],
+                                        _lay(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])))
     sb = srows.index(u).slice(c * 4, 4, dim=1).load(gl.SliceLayout(2, L3))
     return row.load(L3), sb
 
@@ -820,13 +820,13 @@ def _win_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, page_
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
         b, sb = _win_take(rows, srows, u, 0, L3)
-        kv_smem.index(z + 0).store(_win_chunk(b, sb, L3))
+        kv_smem[0].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, u, 1, L3)
-        kv_smem.index(z + 1).store(_win_chunk(b, sb, L3))
+        kv_smem[1].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, u, 2, L3)
-        kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
+        kv_smem[2].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, u, 3, L3)
-        kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
+        kv_smem[3].index(z).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l)
         slot = slot_n
@@ -944,16 +944,21 @@ def decode_wgmma_kernel(
     widx_row = widx_ptr + t64 * stride_wt
 
     kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl))
     p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # Each list's stage buffers (two tiles of raw records each; see _comp_pass). The first tile of
     # both lists is issued at the start: the window list's does not wait for the compressed
     # list's last tile (one program a token walks both).
     st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # row-major, each buffer
-    c_rows = gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l)
+    c_rows = (gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l), gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l),
+                  gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l), gl.allocate_shared_memory(gl.uint8, _COMP_ROWS, st_l))
     c_srows = gl.allocate_shared_memory(gl.uint8, _COMP_SROWS, st_l)
-    w_rows = gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l)
+    w_rows = (gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l), gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l),
+                  gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l), gl.allocate_shared_memory(gl.uint8, _WIN_ROWS, st_l))
     w_srows = gl.allocate_shared_memory(gl.uint8, _WIN_SROWS, st_l)
     # Every load the first tiles wait for is issued before any of them is waited for: each list's
     # first two tiles' slots and the query, then the first tiles' records (by their slots). One
@@ -1118,8 +1123,12 @@ def decode_wgmma_hm_kernel(
     st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # row-major, each buffer
     # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
     # list's stage at index 2u.
-    stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
-    c_rows = stage_rows._reinterpret(gl.uint8, [16, BLOCK_N, 64], st_l)
+    stage_rows = (gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l), gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l),
+                  gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l), gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l))
+    c_rows = (stage_rows[0]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[1]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[2]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[3]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l))
     c_srows = gl.allocate_shared_memory(gl.uint8, [4, BLOCK_N, 32], st_l)
     w_rows = stage_rows
     w_srows = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 16], st_l)
@@ -1233,8 +1242,8 @@ WS_PRODUCER_REGS = gl.constexpr(152)
 @gluon.jit
 def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
                      nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
-                     ready, empty, share_ws, share_cnt, share_rdy, tile0, n_groups, kl: gl.constexpr,
-                     SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
+                     ready, empty, share_ws, share_cnt, share_rdy, tile0, n_groups, SHIFT: gl.constexpr,
+                     NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
     # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (stage buffer and K buffer
     # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
     # Tile t + 1's copies are issued at the top of tile t's trip, so they have one tile's conversion
@@ -1242,10 +1251,14 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
     # or shared memory held), so those copies come from L2 (_ws_producer prefetches the tiles no
     # trip reaches: a list's second tile, the window list's first).
     L3: gl.constexpr = _comp_l3(gl.num_warps())
+    # The slots loaded in the layout of the data rows' copies (_issue's), not converted to it
+    # through scratch memory (two CTA barriers a conversion).
+    kd: gl.constexpr = gl.SliceLayout(1, _comp_c2(gl.num_warps()))
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
-    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kl)
-    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kd)
+    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kd)
+    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N,
+                      gl.SliceLayout(1, _win_c2(gl.num_warps())))
     for t in range(t0, t1):
         i = i0 + t - t0
         z = t >> 31
@@ -1259,7 +1272,7 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
         if PREFETCH:
             _comp_prefetch(cache_ptr, slot_nn, page_size, page_bytes, SHIFT)  # past the list: masked off
         slot_n = slot_nn
-        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
+        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kd)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
         mine = True  # without SHARE every tile is this program's to convert
@@ -1270,31 +1283,33 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
             at = share_ws + (tile0 + i).to(gl.int64) * SHARE_TILE
         if mine:
             mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-            kz = z + 4 * u
+            kz = z + u
             b, sb = _comp_take(rows, srows, 2 * (u), 0, L3)
-            kv_smem.index(kz + 0).store(_comp_chunk(b, sb, L3))
+            kv_smem[0].index(kz).store(_comp_chunk(b, sb, L3))
             b, sb = _comp_take(rows, srows, 2 * (u), 1, L3)
-            kv_smem.index(kz + 1).store(_comp_chunk(b, sb, L3))
+            kv_smem[1].index(kz).store(_comp_chunk(b, sb, L3))
             b, sb = _comp_take(rows, srows, 2 * (u), 2, L3)
-            kv_smem.index(kz + 2).store(_comp_chunk(b, sb, L3))
+            kv_smem[2].index(kz).store(_comp_chunk(b, sb, L3))
             b, sb = _comp_take(rows, srows, 2 * (u), 3, L3)
-            kv_smem.index(kz + 3).store(_comp_chunk(b, sb, L3))
+            kv_smem[3].index(kz).store(_comp_chunk(b, sb, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)
+                _share_put((kv_smem[0].index(z + u), kv_smem[1].index(z + u), kv_smem[2].index(z + u),
+                            kv_smem[3].index(z + u)), at, share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
-                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                _share_get((kv_smem[0].index(z + u), kv_smem[1].index(z + u), kv_smem[2].index(z + u),
+                            kv_smem[3].index(z + u)), at, share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
 
 
 @gluon.jit
 def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, nxt_ptr, nxt_row, nxt_n_keys,
                      nxt_t0, nxt_tiles, nxt_page_size, nxt_page_bytes, kv_smem, rows, srows, nxt_rows, nxt_srows,
-                     ready, empty, share_ws, share_cnt, share_rdy, tile0, n_groups, kl: gl.constexpr,
-                     SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
+                     ready, empty, share_ws, share_cnt, share_rdy, tile0, n_groups, SHIFT: gl.constexpr,
+                     NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr):
     # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (stage buffer and K buffer
     # i & 1); the first is already on its way. During the last, the next list's first tile is issued.
     # Tile t + 1's copies are issued at the top of tile t's trip, so they have one tile's conversion
@@ -1302,10 +1317,14 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
     # or shared memory held), so those copies come from L2 (_ws_producer prefetches the tiles no
     # trip reaches: a list's second tile, the window list's first).
     L3: gl.constexpr = _win_l3(gl.num_warps())
+    # The slots loaded in the layout of the data rows' copies (_issue's), not converted to it
+    # through scratch memory (two CTA barriers a conversion).
+    kd: gl.constexpr = gl.SliceLayout(1, _win_c2(gl.num_warps()))
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
-    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kl)
-    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kd)
+    slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kd)
+    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N,
+                      gl.SliceLayout(1, _win_c2(gl.num_warps())))
     for t in range(t0, t1):
         i = i0 + t - t0
         z = t >> 31
@@ -1319,7 +1338,7 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
         if PREFETCH:
             _win_prefetch(cache_ptr, slot_nn, page_size, page_bytes, SHIFT)  # past the list: masked off
         slot_n = slot_nn
-        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kl)
+        slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kd)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
         mine = True  # without SHARE every tile is this program's to convert
@@ -1330,23 +1349,25 @@ def _ws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byte
             at = share_ws + (tile0 + i).to(gl.int64) * SHARE_TILE
         if mine:
             mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-            kz = z + 4 * u
+            kz = z + u
             b, sb = _win_take(rows, srows, u, 0, L3)
-            kv_smem.index(kz + 0).store(_win_chunk(b, sb, L3))
+            kv_smem[0].index(kz).store(_win_chunk(b, sb, L3))
             b, sb = _win_take(rows, srows, u, 1, L3)
-            kv_smem.index(kz + 1).store(_win_chunk(b, sb, L3))
+            kv_smem[1].index(kz).store(_win_chunk(b, sb, L3))
             b, sb = _win_take(rows, srows, u, 2, L3)
-            kv_smem.index(kz + 2).store(_win_chunk(b, sb, L3))
+            kv_smem[2].index(kz).store(_win_chunk(b, sb, L3))
             b, sb = _win_take(rows, srows, u, 3, L3)
-            kv_smem.index(kz + 3).store(_win_chunk(b, sb, L3))
+            kv_smem[3].index(kz).store(_win_chunk(b, sb, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written, and stage buffer u read before it is refilled
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen)
+                _share_put((kv_smem[0].index(z + u), kv_smem[1].index(z + u), kv_smem[2].index(z + u),
+                            kv_smem[3].index(z + u)), at, share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
-                _share_get(kv_smem, z + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                _share_get((kv_smem[0].index(z + u), kv_smem[1].index(z + u), kv_smem[2].index(z + u),
+                            kv_smem[3].index(z + u)), at, share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
 
 
@@ -1359,11 +1380,11 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
     c_lim = gl.minimum(topk, c1 * BLOCK_N)
     w_lim = gl.minimum(window, w1 * BLOCK_N)
     if c0 < c1:
-        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, kl), comp_page_size, comp_page_bytes, c_rows,
-                    c_srows, 0, COMP_SHIFT)
+        _comp_issue(comp_ptr, _slots(topk_row, c_lim, c0 * BLOCK_N, gl.SliceLayout(1, _comp_c2(gl.num_warps()))),
+                    comp_page_size, comp_page_bytes, c_rows, c_srows, 0, COMP_SHIFT)
     elif w0 < w1:
-        _win_issue(win_ptr, _slots(widx_row, w_lim, w0 * BLOCK_N, kl), win_page_size,
-                    win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
+        _win_issue(win_ptr, _slots(widx_row, w_lim, w0 * BLOCK_N, gl.SliceLayout(1, _win_c2(gl.num_warps()))),
+                    win_page_size, win_page_bytes, w_rows, w_srows, 0, WIN_SHIFT)
     async_copy.commit_group()
     if PREFETCH:  # the tiles no loop trip prefetches (slots past a list: masked off)
         _comp_prefetch(comp_ptr, _slots(topk_row, c_lim, (c0 + 1) * BLOCK_N, kl), comp_page_size, comp_page_bytes,
@@ -1374,11 +1395,11 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
     nc = gl.maximum(c1 - c0, 0)
     _ws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, win_ptr, widx_row, window,
                      w0, w1 - w0, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows, ready,
-                     empty, share_ws, share_cnt, share_rdy, tile0, n_groups, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH,
+                     empty, share_ws, share_cnt, share_rdy, tile0, n_groups, COMP_SHIFT, WIN_SHIFT, PREFETCH,
                      SHARE)
     _ws_produce_win(win_ptr, widx_row, window, w0, w1, nc, win_page_size, win_page_bytes, win_ptr, widx_row, window,
                      w0, 0, win_page_size, win_page_bytes, kv_smem, w_rows, w_srows, w_rows, w_srows, ready, empty,
-                     share_ws, share_cnt, share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH,
+                     share_ws, share_cnt, share_rdy, tile0, n_groups, WIN_SHIFT, WIN_SHIFT, PREFETCH,
                      SHARE)
     async_copy.wait_group(0)
 
@@ -1393,7 +1414,7 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         u = i & 1
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
+        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r, o0, o1,
                                            o2, o3, scale_log2, K_UNIT, s_l, o_l)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
@@ -1488,7 +1509,10 @@ def decode_wgmma_ws_kernel(
     w1 = i1 - n_comp
 
     kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl))
     p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
@@ -1496,8 +1520,12 @@ def decode_wgmma_ws_kernel(
     st_l: gl.constexpr = _lay(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     # Both lists' stage rows in one region (see ws_mult above); side rows apart, a 64-byte-row
     # list's stage at index 2u.
-    stage_rows = gl.allocate_shared_memory(gl.uint8, [8, BLOCK_N, 128], st_l)
-    c_rows = stage_rows._reinterpret(gl.uint8, [16, BLOCK_N, 64], st_l)
+    stage_rows = (gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l), gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l),
+                  gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l), gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 128], st_l))
+    c_rows = (stage_rows[0]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[1]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[2]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l),
+              stage_rows[3]._reinterpret(gl.uint8, [4, BLOCK_N, 64], st_l))
     c_srows = gl.allocate_shared_memory(gl.uint8, [4, BLOCK_N, 32], st_l)
     w_rows = stage_rows
     w_srows = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, 16], st_l)
@@ -1628,12 +1656,15 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             gl.thread_barrier()  # all of K written
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
+                _share_put((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                           share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                kz = (t >> 31) + 4 * u
+                _share_get((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                           share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:
@@ -1689,12 +1720,15 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             gl.thread_barrier()  # all of K written
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen)
+                _share_put((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                           share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                _share_get(kv_smem, (t >> 31) + 4 * u, at, share_rdy + tile0 + i, gen, empty.index(u),
+                kz = (t >> 31) + 4 * u
+                _share_get((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                           share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:

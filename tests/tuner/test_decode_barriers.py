@@ -1,0 +1,34 @@
+"""The CTA barriers a tile costs in the heads-on-N decode builds, compiled for sm_90 on the CPU.
+
+Triton's barrier pass (membar) tells shared-memory accesses apart by allocation only: accesses to
+two subviews of one allocation take a `bar.sync` between them whether or not they overlap. K's
+four 128-dim chunks and the stage rows' four are therefore allocations of their own, and the ws
+producer loads its slots in its copies' layout (a layout conversion through scratch memory costs
+two barriers). Landed 2026-12-07 (results/decode_chunk_allocs_ab_h100.md): the warp-specialised
+picks 3-8% faster on an H100 (16 heads T=64, V4.1 pair, 18.64 -> 17.53 us; 128 heads T=64 96.92
+-> 89.55). These bounds are the landed counts: a change that folds the chunks back into one
+allocation, or converts the slots again, fails here before it costs a device call.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tuner.static_sm90 import loop_barriers, static_profile
+
+# (pair, build, role of the loops bounded, their barriers a trip at most, in address order)
+BOUNDS = [
+    ("nvfp4_288,fp8_528", "MMA=wgmma", None, [6, 6]),  # was 12 + 12
+    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "producer", [8, 5]),  # was 17 + 11
+    ("fp8_584,fp8_584", "MMA=wgmma", None, [14, 10]),  # was 21 + 15
+    ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [13, 8]),  # was 22 + 14
+]
+
+
+@pytest.mark.parametrize("fmt,cfg,role,most", BOUNDS, ids=[f"{f}-{c}" for f, c, _, _ in BOUNDS])
+def test_tile_loops_take_no_barrier_between_chunks(fmt: str, cfg: str, role: str | None, most: list[int]) -> None:
+    got = static_profile(fmt, cfg)
+    assert got["spills"] == 0, got
+    barriers = loop_barriers(got, role)
+    assert len(barriers) == len(most), (barriers, got["loops"])
+    assert all(b <= m for b, m in zip(barriers, most)), f"{cfg} {fmt}: {barriers} barriers a tile, at most {most}"
