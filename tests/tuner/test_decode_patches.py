@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.static_sm90 import loop_barriers, static_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -49,3 +51,21 @@ def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
         return
     _patched_copy(patch, tmp_path)  # raises CalledProcessError (git apply's message) where one does not apply
 
+
+
+CONSUMER_SYNC = ROOT / "benchmarks" / "patches" / "decode_ws_consumer_sync.patch"
+
+
+@pytest.mark.skipif(not CONSUMER_SYNC.exists(), reason="decode_ws_consumer_sync.patch has landed or gone")
+@pytest.mark.parametrize("cfg", ["MMA=wgmma_ws", "MMA=wgmma_hmws"])
+def test_consumer_sync_patch_takes_a_barrier_out_of_each_consumer_tile(cfg: str, tmp_path: Path) -> None:
+    # A warp-specialised consumer's _attend starts without a fence and CTA barrier: its mbarrier
+    # wait orders the producer's fenced stores of the tile, and its previous tile's end barrier
+    # every warp's reads of p_smem (the query's stores get one barrier before the first tile).
+    # From a patched copy (V4.1 pair): each consumer tile loop one barrier fewer, the producer's as
+    # they were, the same shared memory, no spills.
+    fmt, tree = "nvfp4_288,fp8_528", _patched_copy(CONSUMER_SYNC, tmp_path)
+    was, now = static_profile(fmt, cfg), static_profile(fmt, cfg, tree)
+    assert now["shared_bytes"] == was["shared_bytes"] and now["spills"] == was["spills"] == 0, (was, now)
+    assert loop_barriers(now, "producer") == loop_barriers(was, "producer")
+    assert loop_barriers(now, "mma") == [b - 1 for b in loop_barriers(was, "mma")], (was["loops"], now["loops"])
