@@ -52,8 +52,6 @@ def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
     _patched_copy(patch, tmp_path)  # raises CalledProcessError (git apply's message) where one does not apply
 
 
-
-
 WS_BARRIERS = ROOT / "benchmarks" / "patches" / "decode_ws_barriers.patch"
 
 
