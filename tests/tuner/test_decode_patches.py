@@ -2,10 +2,8 @@
 copy of the tree, times it against the tree as it is and runs its GPU tests). Each must still apply
 to this tree, or the call it waits for is wasted, and a patch that claims a static change shows it
 here, compiled for sm_90 on the CPU from a patched copy (`_patched_copy`, then
-tests/tuner/static_sm90.py). A patch prepared on top of another names it in its header ("Applies
-after: NAME.patch", text git apply skips) and is checked on the tree with that one applied. (None
-waits when the folder is empty: the parameter sets are empty then, and pytest reports them
-skipped.)"""
+tests/tuner/static_sm90.py). (None waits when the folder is empty: the parameter sets are empty
+then, and pytest reports them skipped.)"""
 
 from __future__ import annotations
 
@@ -21,35 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
 
-def _applies_after(patch: Path) -> list[Path]:
-    # The patches this one is prepared on top of, in order (its header's "Applies after:" lines).
-    head = patch.read_text().split("\ndiff --git", 1)[0]
-    return [patch.parent / line.split(":", 1)[1].strip() for line in head.splitlines()
-            if line.startswith("Applies after:")]
-
-
 def _patched_copy(patch: Path, dest: Path) -> Path:
-    # The tracked files as they are in this checkout (uncommitted edits included), then the patches
-    # it applies after, then the patch.
+    # The tracked files as they are in this checkout (uncommitted edits included), then the patch.
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
         if (ROOT / f).is_file():
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, dest / f)
-    for p in [*_applies_after(patch), patch]:
-        subprocess.run(["git", "apply", str(p)], cwd=dest, capture_output=True, text=True, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=dest, capture_output=True, text=True, check=True)
     return dest
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
-def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
-    bases = _applies_after(patch)
-    assert all(b.exists() for b in bases), f"{patch.name} applies after a patch that is gone: {bases}"
-    if not bases:
-        got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
-        assert got.returncode == 0, got.stderr
-        return
-    _patched_copy(patch, tmp_path)  # raises CalledProcessError (git apply's message) where one does not apply
+def test_patch_applies_to_this_tree(patch: Path) -> None:
+    got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
 
 
 WS_BARRIERS = ROOT / "benchmarks" / "patches" / "decode_ws_barriers.patch"
