@@ -1,4 +1,4 @@
-"""The CTA barriers a tile costs in the heads-on-N decode builds, compiled for sm_90 on the CPU.
+"""The CTA barriers a tile costs in the wgmma decode builds, compiled for sm_90 on the CPU.
 
 Triton's barrier pass (membar) tells shared-memory accesses apart by allocation only: accesses to
 two subviews of one allocation take a `bar.sync` between them whether or not they overlap. K's
@@ -6,8 +6,12 @@ four 128-dim chunks and the stage rows' four are therefore allocations of their 
 producer loads its slots in its copies' layout (a layout conversion through scratch memory costs
 two barriers). Landed 2026-12-07 (results/decode_chunk_allocs_ab_h100.md): the warp-specialised
 picks 3-8% faster on an H100 (16 heads T=64, V4.1 pair, 18.64 -> 17.53 us; 128 heads T=64 96.92
--> 89.55). These bounds are the landed counts: a change that folds the chunks back into one
-allocation, or converts the slots again, fails here before it costs a device call.
+-> 89.55). Then (decode_ws_barriers, results/decode_ws_barriers_ab_h100.md): the ws consumers
+start a tile without a fence and barrier (their mbarrier wait and the previous tile's end barrier
+order it) and the producer holds the scale rows' slots in their copies' layout too; 128 heads T=8
+and T=64 on the fp8_584 pair 2.2-2.4% faster. These bounds are the landed counts: a change that
+folds the chunks back into one allocation, converts the slots again or fences every consumer tile
+fails here before it costs a device call.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from tests.tuner.static_sm90 import loop_barriers, static_profile
 # (pair, build, role of the loops bounded, their barriers a trip at most, in address order)
 BOUNDS = [
     ("nvfp4_288,fp8_528", "MMA=wgmma", None, [6, 6]),  # was 12 + 12
-    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "producer", [8, 5]),  # was 17 + 11
+    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "producer", [6, 4]),  # was 17 + 11, then 8 + 5
+    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "mma", [5, 5, 9]),  # each consumer's tile loop was 6
+    ("nvfp4_288,fp8_528", "MMA=wgmma_hmws", "mma", [8, 8, 9]),  # was 9
     ("fp8_584,fp8_584", "MMA=wgmma", None, [14, 10]),  # was 21 + 15
-    ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [13, 8]),  # was 22 + 14
+    ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [11, 7]),  # was 22 + 14, then 13 + 8
 ]
 
 

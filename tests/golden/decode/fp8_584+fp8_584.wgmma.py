@@ -409,11 +409,14 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 
 @gluon.jit
 def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-            s_l: gl.constexpr, o_l: gl.constexpr):
+            s_l: gl.constexpr, o_l: gl.constexpr, SYNC_IN: gl.constexpr = True):
     # One tile (in kv_smem) into the online softmax. MMA 1, async over the four chunks:
-    # S^T[64, heads] = sum_c K_c q_c^T.
-    fence_async_shared()
-    gl.thread_barrier()
+    # S^T[64, heads] = sum_c K_c q_c^T. SYNC_IN: this CTA's warps wrote the tile, so a fence and
+    # a barrier first (not in a warp-specialised consumer: its mbarrier wait orders the
+    # producer's fenced stores, and its previous tile's end barrier every warp's reads of p_smem).
+    if SYNC_IN:
+        fence_async_shared()
+        gl.thread_barrier()
     s = warpgroup_mma(kv_smem[0].index(kz), q_smem.index(z).permute((1, 0)),
                       gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
@@ -448,13 +451,14 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
 
 @gluon.jit
 def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-               s_l: gl.constexpr, o_l: gl.constexpr, ROW_SUMS: gl.constexpr):
+               s_l: gl.constexpr, o_l: gl.constexpr, ROW_SUMS: gl.constexpr, SYNC_IN: gl.constexpr = True):
     # _attend with the heads on M (decode_wgmma_hm_kernel): MMA 1 S[64 heads, 64 keys] =
     # sum_c q_c K_c^T (the query chunk the A operand, the K chunk read transposed as B); the
     # softmax reduces over the keys (columns); MMA 2 O_c[64 heads, 128 dims] += P K_c (P from
     # shared memory as A, the K chunk as B with its dims contiguous).
-    fence_async_shared()
-    gl.thread_barrier()
+    if SYNC_IN:  # (as _attend)
+        fence_async_shared()
+        gl.thread_barrier()
     s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
                       gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
@@ -530,10 +534,14 @@ _COMP_SROWS = gl.constexpr([2, BLOCK_N, 128])
 
 
 @gluon.jit
-def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr):
+def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: gl.constexpr, sslot=None):
     # A tile's records into stage buffer u by cp.async, with no registers held while they travel:
     # the data by chunk (rows[c][u]: [keys, 128 bytes], rows[3][u] the bf16 dims), the scale rows (8 bytes a key)
     # into srows[u] after the last 64 e4m3 bytes; a slot of -1 fills zeros. The caller commits the group.
+    # sslot: the same slots loaded in the scale rows' layout (SliceLayout(1, _comp_s2)), where a
+    # caller holds them: converted from `slot` here, they cost two CTA barriers through scratch.
+    if sslot is None:
+        sslot = slot
     C2: gl.constexpr = _comp_c2(gl.num_warps())
     data, valid = _record_rows(slot, page_size, page_bytes, 0, gl.SliceLayout(1, C2), 576, SHIFT)
     cb = gl.arange(0, 128, layout=gl.SliceLayout(0, C2))
@@ -557,7 +565,7 @@ def _comp_issue(cache_ptr, slot, page_size, page_bytes, rows, srows, u, SHIFT: g
     async_copy.async_copy_global_to_shared(srows.index(u).slice(0, 64, dim=1),
                                            cache_ptr + tdata[:, None] + tb[None, :], mask=tvalid[:, None])
     S2: gl.constexpr = _comp_s2(gl.num_warps())
-    srow, svalid = _record_rows(slot, page_size, page_bytes, page_size * 576, gl.SliceLayout(1, S2),
+    srow, svalid = _record_rows(sslot, page_size, page_bytes, page_size * 576, gl.SliceLayout(1, S2),
                                 8, SHIFT)
     sb = gl.arange(0, 8, layout=gl.SliceLayout(0, S2))
     async_copy.async_copy_global_to_shared(srows.index(u).slice(64, 8, dim=1),
@@ -1106,26 +1114,34 @@ def _ws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_byt
     L3: gl.constexpr = _comp_l3(gl.num_warps())
     # The slots loaded in the layout of the data rows' copies (_issue's), not converted to it
     # through scratch memory (two CTA barriers a conversion).
+    # The scale rows' copies take them in their own layout (ks), loaded beside them.
     kd: gl.constexpr = gl.SliceLayout(1, _comp_c2(gl.num_warps()))
+    ks: gl.constexpr = gl.SliceLayout(1, _comp_s2(gl.num_warps()))
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kd)
     slot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, kd)
-    nxt_slot = _slots(nxt_row, gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N), nxt_t0 * BLOCK_N,
-                      gl.SliceLayout(1, _comp_c2(gl.num_warps())))
+    sslot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, ks)
+    sslot_nn = _slots(idx_row, lim, (t0 + 2) * BLOCK_N, ks)
+    nxt_lim = gl.minimum(nxt_n_keys, (nxt_t0 + 1) * BLOCK_N)
+    nxt_slot = _slots(nxt_row, nxt_lim, nxt_t0 * BLOCK_N, gl.SliceLayout(1, _comp_c2(gl.num_warps())))
+    nxt_sslot = _slots(nxt_row, nxt_lim, nxt_t0 * BLOCK_N, gl.SliceLayout(1, _comp_s2(gl.num_warps())))
     for t in range(t0, t1):
         i = i0 + t - t0
         z = t >> 31
         u = i & 1
         if t + 1 < t1:
-            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT)
+            _comp_issue(cache_ptr, slot_n, page_size, page_bytes, rows, srows, u ^ 1, SHIFT,
+                        sslot_n)
         elif nxt_tiles > 0:
             _comp_issue(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, nxt_rows, nxt_srows, u ^ 1,
-                        NXT_SHIFT)
+                        NXT_SHIFT, nxt_sslot)
         async_copy.commit_group()
         if PREFETCH:
             _comp_prefetch(cache_ptr, slot_nn, page_size, page_bytes, SHIFT)  # past the list: masked off
         slot_n = slot_nn
         slot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, kd)
+        sslot_n = sslot_nn
+        sslot_nn = _slots(idx_row, lim, (t + 3) * BLOCK_N, ks)
         async_copy.wait_group(1)
         gl.thread_barrier()  # every producer thread's copies of tile i are in
         mine = True  # without SHARE every tile is this program's to convert
@@ -1201,7 +1217,7 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
         m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r, o0, o1,
-                                           o2, o3, scale_log2, K_UNIT, s_l, o_l)
+                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, False)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
         slot = slot_n
@@ -1219,7 +1235,7 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
-                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, True)
+                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
         slot = slot_n
@@ -1251,6 +1267,8 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    fence_async_shared()  # the query's chunks, before the MMAs read them (_attend does not, here)
+    gl.thread_barrier()
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
                                                 m_i, l_r, o0, o1, o2, o3, scale_log2,
                                                 2.0 ** E4M3_SHIFT, kl, s_l, o_l)
@@ -1497,6 +1515,8 @@ def _hmws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx
     o1 = gl.zeros([HB, CHUNK], gl.float32, o_l)
     o2 = gl.zeros([HB, CHUNK], gl.float32, o_l)
     o3 = gl.zeros([HB, CHUNK], gl.float32, o_l)
+    fence_async_shared()  # the query's chunks, before the MMAs read them (_attend_hm does not, here)
+    gl.thread_barrier()
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list_hm(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
                                                    m_i, l_r, o0, o1, o2, o3, scale_log2,
                                                    2.0 ** E4M3_SHIFT, kl, s_l, o_l)
