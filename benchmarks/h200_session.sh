@@ -19,6 +19,7 @@
 #   bash benchmarks/h200_session.sh resident         # the 128-head picks with records in L2 (as FlashMLA's 128-head figures)
 #   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-cluster      # a cluster-build patch A/B'd (one a call)
 #   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-decode       # a decode-build patch A/B'd (the 128-head split)
+#   AB_PATCH=NAME.patch bash benchmarks/h200_session.sh ab-logits       # a logits wgmma patch A/B'd (mxfp4_68, B=64)
 #   bash benchmarks/h200_session.sh ncu-producer     # the heads-on-M producer's stalls, per SASS line (Nsight Compute)
 #   DECODE_S=300 bash benchmarks/h200_session.sh decode logits   # both benches in one call
 #   (LOGITS_S and DECODE_S cap a phase that is not the last)
@@ -77,7 +78,7 @@ apply_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|ab-logits|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -233,6 +234,18 @@ for phase in "$@"; do
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
       -k "${AB_K:-heads_on_m_matches}" >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
+    ;;
+  ab-logits)  # A/B in one call (a call of its own: the copy stays patched) of benchmarks/patches/$AB_PATCH, a patch of the
+    # logits wgmma build: mxfp4_68 at B=64 x 64K, the kept config (AB_PICK), each side's SM clock sampled too (--clock:
+    # a power-capped run is not a slower kernel); then the wgmma logits GPU tests on the patched tree
+    abp=${AB_PATCH:?ab-logits: name the patch (AB_PATCH=NAME.patch)}
+    ab_patch "$abp"
+    env BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
+      python3 benchmarks/bench_logits.py --formats mxfp4_68 --shapes B=64 --skip-checks --clock \
+      --pick "${AB_PICK:-dot=wgmma,TILES=16,num_stages=2}" >"$OUT/ab_logits.log" 2>&1
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_logits.py -p no:cacheprovider -rA \
+      -k "wgmma_matches_reference or (key_scaled and wgmma)" >"$OUT/results/pytest_logits_${abp%.patch}_gpu_h200.log" 2>&1
+    echo "pytest rc=$?" >>"$OUT/results/pytest_logits_${abp%.patch}_gpu_h200.log"
     ;;
   cluster-probe)  # the 2-CTA cluster path a 128-head build would take (benchmarks/cluster_probe.py): a DSMEM store and
     # the half-tile hand-over (cp.async.bulk into the peer, its mbarrier's bytes) read back on the GPU; seconds
