@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.static_sm90 import loop_barriers, static_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -32,3 +34,26 @@ def _patched_copy(patch: Path, dest: Path) -> Path:
 def test_patch_applies_to_this_tree(patch: Path) -> None:
     got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
+
+
+HM_SLOTS = ROOT / "benchmarks" / "patches" / "decode_hm_producer_slots.patch"
+
+
+@pytest.fixture(scope="module")
+def hm_slots_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _patched_copy(HM_SLOTS, tmp_path_factory.mktemp("hm_slots"))
+
+
+@pytest.mark.skipif(not HM_SLOTS.exists(), reason="decode_hm_producer_slots.patch has landed or gone")
+@pytest.mark.parametrize("fmt,was_most,now_most", [("fp8_584,fp8_584", 9, 6), ("nvfp4_288,fp8_528", 6, 5)])
+def test_hm_producer_slots_patch_takes_the_slot_conversions_out(hm_slots_tree: Path, fmt: str, was_most: int,
+                                                                 now_most: int) -> None:
+    # The heads-on-M producer (MMA=wgmma_hmpv, the 128-head T=64 pick) loads its slots in a warp's
+    # runs of 8 keys and takes the e4m3 chunks in that order (_l3w), so the slots reach each
+    # fetch's layout by shuffles, not through scratch memory and its CTA barriers (static sm_90,
+    # 2026-12-07: fp8_584 pair 9 -> 6 barriers a tile in each producer loop, V4.1 pair 6 -> 5),
+    # with no new spills and the same shared memory.
+    was, now = static_profile(fmt, "MMA=wgmma_hmpv"), static_profile(fmt, "MMA=wgmma_hmpv", hm_slots_tree)
+    assert now["shared_bytes"] == was["shared_bytes"] and now["spills"] == was["spills"] == 0, (was, now)
+    before, after = loop_barriers(was, "producer"), loop_barriers(now, "producer")
+    assert len(before) == len(after) == 2 and max(before) == was_most and max(after) == now_most, (before, after)
