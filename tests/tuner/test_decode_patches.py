@@ -36,24 +36,26 @@ def test_patch_applies_to_this_tree(patch: Path) -> None:
     assert got.returncode == 0, got.stderr
 
 
-HM_SLOTS = ROOT / "benchmarks" / "patches" / "decode_hm_producer_slots.patch"
+HM_CHUNKS = ROOT / "benchmarks" / "patches" / "decode_hm_chunk_allocs.patch"
 
 
 @pytest.fixture(scope="module")
-def hm_slots_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _patched_copy(HM_SLOTS, tmp_path_factory.mktemp("hm_slots"))
+def hm_chunks_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _patched_copy(HM_CHUNKS, tmp_path_factory.mktemp("hm_chunks"))
 
 
-@pytest.mark.skipif(not HM_SLOTS.exists(), reason="decode_hm_producer_slots.patch has landed or gone")
-@pytest.mark.parametrize("fmt,was_most,now_most", [("fp8_584,fp8_584", 9, 6), ("nvfp4_288,fp8_528", 6, 5)])
-def test_hm_producer_slots_patch_takes_the_slot_conversions_out(hm_slots_tree: Path, fmt: str, was_most: int,
-                                                                 now_most: int) -> None:
-    # The heads-on-M producer (MMA=wgmma_hmpv, the 128-head T=64 pick) loads its slots in a warp's
-    # runs of 8 keys and takes the e4m3 chunks in that order (_l3w), so the slots reach each
-    # fetch's layout by shuffles, not through scratch memory and its CTA barriers (static sm_90,
-    # 2026-12-07: fp8_584 pair 9 -> 6 barriers a tile in each producer loop, V4.1 pair 6 -> 5),
-    # with no new spills and the same shared memory.
-    was, now = static_profile(fmt, "MMA=wgmma_hmpv"), static_profile(fmt, "MMA=wgmma_hmpv", hm_slots_tree)
-    assert now["shared_bytes"] == was["shared_bytes"] and now["spills"] == was["spills"] == 0, (was, now)
+@pytest.mark.skipif(not HM_CHUNKS.exists(), reason="decode_hm_chunk_allocs.patch has landed or gone")
+@pytest.mark.parametrize("fmt,was_most,now_most,spills_most", [("fp8_584,fp8_584", 9, 3, 24),
+                                                                ("nvfp4_288,fp8_528", 6, 2, 0)])
+def test_hm_chunk_allocs_patch_takes_the_producer_barriers_out(hm_chunks_tree: Path, fmt: str, was_most: int,
+                                                                now_most: int, spills_most: int) -> None:
+    # The heads-on-M builds' K chunks as allocations of their own (kv_chunks; the 2-CTA cluster's
+    # keep one, its peers address the chunks by offset), and the producer's slots in a warp's runs
+    # of 8 keys with its e4m3 chunks fetched in that order (_l3w: the slots reach every fetch's
+    # layout by shuffles, not through scratch memory). Static sm_90, MMA=wgmma_hmpv (2026-12-07):
+    # each producer loop 9 -> 3 barriers a tile on the fp8_584 pair, 6 -> 2 on V4.1; the same
+    # shared memory to the allocations' padding; the fp8_584 build spills 24 bytes (QK warpgroup).
+    was, now = static_profile(fmt, "MMA=wgmma_hmpv"), static_profile(fmt, "MMA=wgmma_hmpv", hm_chunks_tree)
+    assert abs(now["shared_bytes"] - was["shared_bytes"]) <= 128 and now["spills"] <= spills_most, (was, now)
     before, after = loop_barriers(was, "producer"), loop_barriers(now, "producer")
     assert len(before) == len(after) == 2 and max(before) == was_most and max(after) == now_most, (before, after)
