@@ -880,7 +880,7 @@ def test_wgmma_hmpv_build_fits_sm90(pair: tuple[str, str]) -> None:
 
 
 @pytest.mark.parametrize("build, base, heads_ok, heads_not, max_spills", [
-    ("wgmma_hmpvs,PREFETCH=1", "wgmma_hmpv,PREFETCH=1", (65, 96, 128), (16, 64), 48),
+    ("wgmma_hmpvs,PREFETCH=1", "wgmma_hmpv,PREFETCH=1", (65, 96, 128), (16, 64), 50),
     ("wgmma_wss", "wgmma_ws", (17, 32, 64, 128), (8, 16), 0)], ids=["hmpvs", "wss"])
 def test_shared_tile_builds_take_two_head_groups_or_more_and_build_for_sm90(build: str, base: str,
                                                                             heads_ok: tuple[int, ...],
@@ -890,8 +890,8 @@ def test_shared_tile_builds_take_two_head_groups_or_more_and_build_for_sm90(buil
     # split's, 65-128 heads, and the warp-specialised one's, past 16): only where a launch has two
     # groups or more, not seeded (no GPU run yet); compiled on the CPU for sm_90 each keeps its
     # base build's registers and shared memory, its producer loops storing the converted tiles
-    # (st.global) and copying the others' (cp.async); spills: the split's 48 bytes (its base 20),
-    # the warp-specialised one's none.
+    # (st.global) and copying the others' (cp.async); spills: the split's and its base's up to 50
+    # bytes (the base's since decode_hm_chunk_allocs: 42 before), the warp-specialised one's none.
     from catalog.families.decode import SPEC, decode_key
     from catalog.families.decode_wgmma import wgmma_hmpv_shared_bytes, wgmma_ws_shared_bytes
 

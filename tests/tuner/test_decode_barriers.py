@@ -9,7 +9,10 @@ picks 3-8% faster on an H100 (16 heads T=64, V4.1 pair, 18.64 -> 17.53 us; 128 h
 -> 89.55). Then (decode_ws_barriers, results/decode_ws_barriers_ab_h100.md): the ws consumers
 start a tile without a fence and barrier (their mbarrier wait and the previous tile's end barrier
 order it) and the producer holds the scale rows' slots in their copies' layout too; 128 heads T=8
-and T=64 on the fp8_584 pair 2.2-2.4% faster. These bounds are the landed counts: a change that
+and T=64 on the fp8_584 pair 2.2-2.4% faster. Then (decode_hm_chunk_allocs,
+results/decode_hm_chunk_allocs_ab_h100.md): the heads-on-M builds' K chunks as allocations of
+their own and the split's producer slots by shuffles (a warp's runs of 8 keys); the 64/128-head
+T=64 picks (the split with PREFETCH=1) 0.2-2.8% faster. These bounds are the landed counts: a change that
 folds the chunks back into one allocation, converts the slots again or fences every consumer tile
 fails here before it costs a device call.
 """
@@ -20,21 +23,29 @@ import pytest
 
 from tests.tuner.static_sm90 import loop_barriers, static_profile
 
-# (pair, build, role of the loops bounded, their barriers a trip at most, in address order)
+# (pair, build, role of the loops bounded, their barriers a trip at most in address order, spilled bytes at most)
 BOUNDS = [
-    ("nvfp4_288,fp8_528", "MMA=wgmma", None, [6, 6]),  # was 12 + 12
-    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "producer", [6, 4]),  # was 17 + 11, then 8 + 5
-    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "mma", [5, 5, 9]),  # each consumer's tile loop was 6
-    ("nvfp4_288,fp8_528", "MMA=wgmma_hmws", "mma", [8, 8, 9]),  # was 9
-    ("fp8_584,fp8_584", "MMA=wgmma", None, [14, 10]),  # was 21 + 15
-    ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [11, 7]),  # was 22 + 14, then 13 + 8
+    ("nvfp4_288,fp8_528", "MMA=wgmma", None, [6, 6], 0),  # was 12 + 12
+    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "producer", [6, 4], 0),  # was 17 + 11, then 8 + 5
+    ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "mma", [5, 5, 9], 0),  # each consumer's tile loop was 6
+    ("nvfp4_288,fp8_528", "MMA=wgmma_hmws", "mma", [8, 8, 9], 0),  # was 9
+    ("nvfp4_288,fp8_528", "MMA=wgmma_hmpv", "producer", [2, 2], 0),  # was 6 + 6
+    ("nvfp4_288,fp8_528", "MMA=wgmma_hm", None, [11, 8], 0),
+    ("fp8_584,fp8_584", "MMA=wgmma", None, [14, 10], 0),  # was 21 + 15
+    ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [11, 7], 0),  # was 22 + 14, then 13 + 8
+    # The split spills in its QK warpgroup: 24 bytes with the slots by shuffles (0 before), 50 with
+    # PREFETCH=1 (42 before; its producers convert the slots through scratch memory still).
+    ("fp8_584,fp8_584", "MMA=wgmma_hmpv", "producer", [3, 3], 24),  # was 9 + 9
+    ("fp8_584,fp8_584", "MMA=wgmma_hmpv,PREFETCH=1", "producer", [10, 8], 50),  # was 13 + 11
+    ("fp8_584,fp8_584", "MMA=wgmma_hm", None, [16, 11], 0),  # was 19 + 14
 ]
 
 
-@pytest.mark.parametrize("fmt,cfg,role,most", BOUNDS, ids=[f"{f}-{c}" for f, c, _, _ in BOUNDS])
-def test_tile_loops_take_no_barrier_between_chunks(fmt: str, cfg: str, role: str | None, most: list[int]) -> None:
+@pytest.mark.parametrize("fmt,cfg,role,most,spills", BOUNDS, ids=[f"{f}-{c}-{r}" for f, c, r, _, _ in BOUNDS])
+def test_tile_loops_take_no_barrier_between_chunks(fmt: str, cfg: str, role: str | None, most: list[int],
+                                                   spills: int) -> None:
     got = static_profile(fmt, cfg)
-    assert got["spills"] == 0, got
+    assert got["spills"] <= spills, got
     barriers = loop_barriers(got, role)
     assert len(barriers) == len(most), (barriers, got["loops"])
     assert all(b <= m for b, m in zip(barriers, most)), f"{cfg} {fmt}: {barriers} barriers a tile, at most {most}"

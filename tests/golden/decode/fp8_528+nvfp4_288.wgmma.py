@@ -287,14 +287,15 @@ def _store_rows(ptr, n_rows, x, buf, OUT_BF16: gl.constexpr):
     r = gl.arange(0, R, layout=gl.SliceLayout(1, bl))
     c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, bl))
     gl.store(ptr + r[:, None] * D + c[None, :], y, mask=(r < n_rows)[:, None])
-
-
 @gluon.jit
 def _o_bufs(kv_smem):
     # The K tiles' shared memory (two tiles of four [BLOCK_N, CHUNK] bf16 chunks) as four fp32
     # [64, CHUNK] buffers for _store_rows once no MMA reads K (16-byte units swizzled by row: the
-    # accumulator's stores of 8 rows and the rows' reads back both conflict-free).
-    return kv_smem._reinterpret(gl.float32, [4, 64, CHUNK], _lay(gl.SwizzledSharedLayout(4, 1, 8, [1, 0])))
+    # accumulator's stores of 8 rows and the rows' reads back both conflict-free): each one
+    # chunk's allocation (both tiles).
+    bl: gl.constexpr = _lay(gl.SwizzledSharedLayout(4, 1, 8, [1, 0]))
+    return (kv_smem[0]._reinterpret(gl.float32, [64, CHUNK], bl), kv_smem[1]._reinterpret(gl.float32, [64, CHUNK], bl),
+            kv_smem[2]._reinterpret(gl.float32, [64, CHUNK], bl), kv_smem[3]._reinterpret(gl.float32, [64, CHUNK], bl))
 
 
 # SHARE (MMA=wgmma_hmpvs, wgmma_wss): the head groups' programs of a (token, split) read the same
@@ -484,10 +485,10 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
     if SYNC_IN:  # (as _attend)
         fence_async_shared()
         gl.thread_barrier()
-    s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
+    s = warpgroup_mma(q_smem.index(z), kv_smem[0].index(kz).permute((1, 0)),
                       gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
-        s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(kz + c).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_smem.index(z + c), kv_smem[c].index(kz).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     s = gl.where(valid[None, :], s * (scale_log2 * K_UNIT), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -506,10 +507,10 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
     gl.thread_barrier()
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
     pz = p_smem.index(z)
-    o0 = warpgroup_mma(pz, kv_smem.index(kz), o0 * a_o, is_async=True)
-    o1 = warpgroup_mma(pz, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
-    o2 = warpgroup_mma(pz, kv_smem.index(kz + 2), o2 * a_o, is_async=True)
-    o3 = warpgroup_mma(pz, kv_smem.index(kz + 3), o3 * a_o, is_async=True)
+    o0 = warpgroup_mma(pz, kv_smem[0].index(kz), o0 * a_o, is_async=True)
+    o1 = warpgroup_mma(pz, kv_smem[1].index(kz), o1 * a_o, is_async=True)
+    o2 = warpgroup_mma(pz, kv_smem[2].index(kz), o2 * a_o, is_async=True)
+    o3 = warpgroup_mma(pz, kv_smem[3].index(kz), o3 * a_o, is_async=True)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
@@ -525,6 +526,18 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
 @gluon.constexpr_function
 def _comp_l3(nw):
     return _lay(gl.BlockedLayout([1, 1, 8], [2, 4, 4], [nw, 1, 1], [2, 1, 0]))
+
+
+# The heads-on-M producer's layout of the same (_hmws_produce): a warp's keys in runs of 8 (key
+# 32 r + 8 w + ...), as the slots there (_hm_slot_layout) and T2 hold them, so the slots reach
+# each fetch's layout inside the warp (shuffles), not through scratch memory and its CTA barriers.
+# With SHARE or PREFETCH, _l3's: their producers spill more with it (static sm_90, fp8_584 pair: the
+# shared-tile build 16 -> 96 bytes, the QK / PV split with PREFETCH 42 -> 52).
+@gluon.constexpr_function
+def _comp_l3w(nw, SHARE, PREFETCH):
+    if SHARE or PREFETCH:
+        return _comp_l3(nw)
+    return _lay(gl.BlockedLayout([4, 1, 8], [2, 4, 4], [nw, 1, 1], [2, 1, 0]))
 
 
 # The scale rows [keys, 16 bytes] as copied: 8 bytes a thread (cp.async moves 4, 8
@@ -689,13 +702,13 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
         b, sb = _comp_take(rows, srows, u, 0, L3)
-        kv_smem.index(z + 0).store(_comp_chunk(b, sb, L3))
+        kv_smem[0].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 1, L3)
-        kv_smem.index(z + 1).store(_comp_chunk(b, sb, L3))
+        kv_smem[1].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 2, L3)
-        kv_smem.index(z + 2).store(_comp_chunk(b, sb, L3))
+        kv_smem[2].index(z).store(_comp_chunk(b, sb, L3))
         b, sb = _comp_take(rows, srows, u, 3, L3)
-        kv_smem.index(z + 3).store(_comp_chunk(b, sb, L3))
+        kv_smem[3].index(z).store(_comp_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** E4M3_SHIFT, s_l, o_l, False)
         slot = slot_n
@@ -708,6 +721,16 @@ def _comp_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, p
 @gluon.constexpr_function
 def _win_l3(nw):
     return _lay(gl.BlockedLayout([1, 2, 8], [8, 4, 1], [nw, 1, 1], [2, 1, 0]))
+
+
+# The heads-on-M producer's layout of the same (_hmws_produce): a warp's keys in runs of 8 (key
+# 32 r + 8 w + ...), as the slots there (_hm_slot_layout) and T2 hold them, so the slots reach
+# each fetch's layout inside the warp (shuffles), not through scratch memory and its CTA barriers.
+# With SHARE or PREFETCH, _l3's: their producers spill more with it (static sm_90, fp8_584 pair: the
+# shared-tile build 16 -> 96 bytes, the QK / PV split with PREFETCH 42 -> 52).
+@gluon.constexpr_function
+def _win_l3w(nw, SHARE, PREFETCH):
+    return _win_l3(nw)
 
 
 # The scale rows [keys, 32 bytes] as copied: 16 bytes a thread (cp.async moves 4, 8
@@ -878,13 +901,13 @@ def _win_hm_pass(cache_ptr, idx_row, n_keys, t0, t1, slot, slot_n, page_size, pa
         # previous tile's MMAs before the chunks are rewritten.
         gl.thread_barrier()
         b, sb = _win_take(rows, srows, 2 * (u), 0, L3)
-        kv_smem.index(z + 0).store(_win_chunk(b, sb, L3))
+        kv_smem[0].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, 2 * (u), 1, L3)
-        kv_smem.index(z + 1).store(_win_chunk(b, sb, L3))
+        kv_smem[1].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, 2 * (u), 2, L3)
-        kv_smem.index(z + 2).store(_win_chunk(b, sb, L3))
+        kv_smem[2].index(z).store(_win_chunk(b, sb, L3))
         b, sb = _win_take(rows, srows, 2 * (u), 3, L3)
-        kv_smem.index(z + 3).store(_win_chunk(b, sb, L3))
+        kv_smem[3].index(z).store(_win_chunk(b, sb, L3))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, z, z, slot >= 0, m_i, l_r, o0, o1, o2, o3,
                                            scale_log2, 2.0 ** K_SHIFT, s_l, o_l, False)
         slot = slot_n
@@ -1128,7 +1151,10 @@ def decode_wgmma_hm_kernel(
     widx_row = widx_ptr + t64 * stride_wt
 
     kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_N, CHUNK], kv_sl)
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_N, CHUNK], kv_sl))
     p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     # The stage buffers (two tiles of raw records; see _comp_hm_pass), the two lists' in turn.
@@ -1460,7 +1486,7 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
         u = i & 1
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
-        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + 4 * u, slot >= 0, m_i, l_r, o0, o1,
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r, o0, o1,
                                            o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
@@ -1640,6 +1666,13 @@ HMWS_PRODUCER_REGS = gl.constexpr(128)
 HMPV_PRODUCER_REGS = gl.constexpr(128)
 
 
+@gluon.constexpr_function
+def _hm_slot_layout(nw, SHARE, PREFETCH):
+    if SHARE or PREFETCH:
+        return _lay(gl.BlockedLayout([1], [32], [nw], [0]))
+    return gl.SliceLayout(1, _lay(gl.BlockedLayout([1, 4], [8, 4], [nw, 1], [1, 0])))
+
+
 @gluon.jit
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
                         nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, share_ws, share_cnt, share_rdy, tile0,
@@ -1655,7 +1688,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
     # once this list's first tile is handed over. Prefetched at the producer's start instead,
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
-    L3: gl.constexpr = _comp_l3(gl.num_warps())
+    L3: gl.constexpr = _comp_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
@@ -1677,23 +1710,23 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
             mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-            kz = (t >> 31) + 4 * u
-            kv_smem.index(kz + 0).store(_comp_chunk(b0, sb0, L3))
-            kv_smem.index(kz + 1).store(_comp_chunk(b1, sb1, L3))
-            kv_smem.index(kz + 2).store(_comp_chunk(b2, sb2, L3))
-            kv_smem.index(kz + 3).store(_comp_chunk(b3, sb3, L3))
+            kz = (t >> 31) + u
+            kv_smem[0].index(kz).store(_comp_chunk(b0, sb0, L3))
+            kv_smem[1].index(kz).store(_comp_chunk(b1, sb1, L3))
+            kv_smem[2].index(kz).store(_comp_chunk(b2, sb2, L3))
+            kv_smem[3].index(kz).store(_comp_chunk(b3, sb3, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                _share_put((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                kz = (t >> 31) + 4 * u
-                _share_get((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                kz = (t >> 31) + u
+                _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
@@ -1719,7 +1752,7 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
     # once this list's first tile is handed over. Prefetched at the producer's start instead,
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
-    L3: gl.constexpr = _win_l3(gl.num_warps())
+    L3: gl.constexpr = _win_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
@@ -1741,23 +1774,23 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
             mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
-            kz = (t >> 31) + 4 * u
-            kv_smem.index(kz + 0).store(_win_chunk(b0, sb0, L3))
-            kv_smem.index(kz + 1).store(_win_chunk(b1, sb1, L3))
-            kv_smem.index(kz + 2).store(_win_chunk(b2, sb2, L3))
-            kv_smem.index(kz + 3).store(_win_chunk(b3, sb3, L3))
+            kz = (t >> 31) + u
+            kv_smem[0].index(kz).store(_win_chunk(b0, sb0, L3))
+            kv_smem[1].index(kz).store(_win_chunk(b1, sb1, L3))
+            kv_smem[2].index(kz).store(_win_chunk(b2, sb2, L3))
+            kv_smem[3].index(kz).store(_win_chunk(b3, sb3, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written
             mbarrier.arrive(ready.index(u))
             if SHARE:
-                _share_put((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                _share_put((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen)
         else:
             if SHARE:  # (the frontend visits this branch even where `mine` is the constant above)
                 if PREFETCH:
                     _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-                kz = (t >> 31) + 4 * u
-                _share_get((kv_smem.index(kz), kv_smem.index(kz + 1), kv_smem.index(kz + 2), kv_smem.index(kz + 3)), at,
+                kz = (t >> 31) + u
+                _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen, empty.index(u),
                            ((i >> 1) & 1) ^ 1, ready.index(u))
         if PREFETCH:
@@ -1773,7 +1806,10 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws, share_cnt,
                    share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
                    SHARE: gl.constexpr):
-    kl: gl.constexpr = _lay(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+    # The slots in a warp's runs of 8 keys, 2 a thread (as _l3w and the tail's T2 take the keys, so
+    # they reach each fetch's layout inside the warp, not through scratch memory and CTA barriers);
+    # with SHARE or PREFETCH a key a thread, as the fetches' own layouts (see _l3w).
+    kl: gl.constexpr = _hm_slot_layout(gl.num_warps(), SHARE, PREFETCH)
     # The window list's first tile: its slots loaded now (none in this program's share: -1s,
     # masked off), its records prefetched once the compressed list's first tile is handed over.
     if PREFETCH:
@@ -1855,7 +1891,10 @@ def decode_wgmma_hmws_kernel(
     w1 = i1 - n_comp
 
     kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl))  # two tiles' K
     p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
@@ -1934,13 +1973,13 @@ def _hmpv_qk_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, a_smem, 
         i = i0 + t - t0
         u = i & 1
         z = t >> 31  # see _comp_pass: keeps the MMA descriptors inside the loop
-        kz = z + 4 * u
+        kz = z + u
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
-        s = warpgroup_mma(q_smem.index(z), kv_smem.index(kz).permute((1, 0)),
+        s = warpgroup_mma(q_smem.index(z), kv_smem[0].index(kz).permute((1, 0)),
                           gl.zeros([m_i.shape[0], BLOCK_N], gl.float32, s_l), use_acc=False, is_async=True)
         for c in gl.static_range(1, 4):
-            s = warpgroup_mma(q_smem.index(z + c), kv_smem.index(kz + c).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_smem.index(z + c), kv_smem[c].index(kz).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=(s,))
         s = gl.where((slot >= 0)[None, :], s * (scale_log2 * K_UNIT), float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -1956,8 +1995,8 @@ def _hmpv_qk_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, a_smem, 
         # warpgroup, so its MMAs do not wait for the P buffer, the store and the fence.
         a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None]
         pr = gl.convert_layout(pb, gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2))
-        o0 = warpgroup_mma(pr, kv_smem.index(kz), o0 * a_o, is_async=True)
-        o1 = warpgroup_mma(pr, kv_smem.index(kz + 1), o1 * a_o, is_async=True)
+        o0 = warpgroup_mma(pr, kv_smem[0].index(kz), o0 * a_o, is_async=True)
+        o1 = warpgroup_mma(pr, kv_smem[1].index(kz), o1 * a_o, is_async=True)
         mbarrier.wait(p_free.index(u), ((i >> 1) & 1) ^ 1)  # the PV warpgroup is done with P buffer u
         p_smem.index(z + u).store(pb)
         a_smem.index(u).store(alpha)
@@ -2037,12 +2076,12 @@ def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_s
     for i in range(0, n_tiles_here):
         u = i & 1
         z = i >> 31
-        kz = z + 4 * u
+        kz = z + u
         mbarrier.wait(p_full.index(u), (i >> 1) & 1)
         a_o = a_smem.index(u).load(gl.SliceLayout(1, o_l))[:, None]
         pz = p_smem.index(z + u)
-        o2 = warpgroup_mma(pz, kv_smem.index(kz + 2), o2 * a_o, is_async=True)
-        o3 = warpgroup_mma(pz, kv_smem.index(kz + 3), o3 * a_o, is_async=True)
+        o2 = warpgroup_mma(pz, kv_smem[2].index(kz), o2 * a_o, is_async=True)
+        o3 = warpgroup_mma(pz, kv_smem[3].index(kz), o3 * a_o, is_async=True)
         o2, o3 = warpgroup_mma_wait(0, deps=(o2, o3))
         gl.thread_barrier()
         mbarrier.arrive(p_free.index(u))
@@ -2052,12 +2091,12 @@ def _hmpv_pv(o_ptr, part_o_ptr, n_heads, h0, t64, sp, n_tiles_here, kv_smem, p_s
     bufs = _o_bufs(kv_smem)  # 0 and 1: every MMA of this warpgroup's and the QK one's is done (fin)
     if SPLIT:
         base = part_o_ptr + ((t64 * gl.num_programs(1) + sp) * n_heads + h0) * D
-        _store_rows(base + 2 * CHUNK, n_heads - h0, o2, bufs.index(0), False)
-        _store_rows(base + 3 * CHUNK, n_heads - h0, o3, bufs.index(1), False)
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2, bufs[0], False)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3, bufs[1], False)
     else:
         base = o_ptr + (t64 * n_heads + h0) * D
-        _store_rows(base + 2 * CHUNK, n_heads - h0, o2 * f, bufs.index(0), True)
-        _store_rows(base + 3 * CHUNK, n_heads - h0, o3 * f, bufs.index(1), True)
+        _store_rows(base + 2 * CHUNK, n_heads - h0, o2 * f, bufs[0], True)
+        _store_rows(base + 3 * CHUNK, n_heads - h0, o3 * f, bufs[1], True)
 
 
 @gluon.jit
@@ -2098,7 +2137,10 @@ def decode_wgmma_hmpv_kernel(
     w1 = i1 - n_comp
 
     kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
-    kv_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, CHUNK], kv_sl)  # two tiles' K (u: 4u..4u + 3)
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, CHUNK], kv_sl))  # two tiles' K
     p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, HB, BLOCK_N], p_sl)  # P of two tiles
     q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
@@ -2140,8 +2182,8 @@ def decode_wgmma_hmpv_kernel(
     bufs = _o_bufs(kv_smem)  # 2 and 3: the PV warpgroup's stores may still read 0 and 1
     if SPLIT:
         row = (t64 * gl.num_programs(1) + sp) * n_heads
-        _store_rows(part_o_ptr + (row + h0) * D, n_heads - h0, o0, bufs.index(2), False)
-        _store_rows(part_o_ptr + (row + h0) * D + CHUNK, n_heads - h0, o1, bufs.index(3), False)
+        _store_rows(part_o_ptr + (row + h0) * D, n_heads - h0, o0, bufs[2], False)
+        _store_rows(part_o_ptr + (row + h0) * D + CHUNK, n_heads - h0, o1, bufs[3], False)
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
     else:
@@ -2151,5 +2193,5 @@ def decode_wgmma_hmpv_kernel(
         f = gl.convert_layout(_hmpv_factor(sink_ptr, h0, n_heads, m_i, l_i, HB, SPLIT, HAS_SINK, hl),
                               gl.SliceLayout(1, o_l))[:, None]
         base = o_ptr + (t64 * n_heads + h0) * D
-        _store_rows(base, n_heads - h0, o0 * f, bufs.index(2), True)
-        _store_rows(base + CHUNK, n_heads - h0, o1 * f, bufs.index(3), True)
+        _store_rows(base, n_heads - h0, o0 * f, bufs[2], True)
+        _store_rows(base + CHUNK, n_heads - h0, o1 * f, bufs[3], True)
