@@ -94,7 +94,12 @@ def sweep_configs(fmt: str, prefill: bool, target: str, smoke: bool, given: list
     sp = space(fmt, q_dtype)
     out = [d]
     for c in picks:
-        if sp.infeasible(c) is None and legality(variant_of(c), target) is None and c not in out:
+        why = sp.infeasible(c) or legality(variant_of(c), target)
+        if why is not None and given is not None:
+            # A pick asked for by name is never dropped quietly: an A/B of the default alone
+            # (2026-12-07, `dot=wgmma` without `LOADS=descriptor`) looks like a result.
+            raise SystemExit(f"--pick {c}: {why}")
+        if why is None and c not in out:
             out.append(c)
     return out
 

@@ -242,7 +242,7 @@ for phase in "$@"; do
     ab_patch "$abp"
     env BASE_TGZ=/tmp/ab_base.tgz timeout $(( $(left) * 3 / 5 )) bash benchmarks/ab.sh \
       python3 benchmarks/bench_logits.py --formats mxfp4_68 --shapes B=64 --skip-checks --clock \
-      --pick "${AB_PICK:-dot=wgmma,TILES=16,num_stages=2}" >"$OUT/ab_logits.log" 2>&1
+      --pick "${AB_PICK:-dot=wgmma,LOADS=descriptor,TILES=16,num_stages=2}" >"$OUT/ab_logits.log" 2>&1
     timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_logits.py -p no:cacheprovider -rA \
       -k "wgmma_matches_reference or (key_scaled and wgmma)" >"$OUT/results/pytest_logits_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_logits_${abp%.patch}_gpu_h200.log"

@@ -742,3 +742,17 @@ def test_kernel_constexprs_follow_the_page_the_call_reads() -> None:
     straddling = kernel_constexprs(cfg.replace(BLOCK_N=128), f, "fp8", 64, 64, page_bytes(f, 64))
     assert not straddling["TILE_LOOKUP"] and not straddling["DESC"]
     assert not kernel_constexprs(cfg, f, "mxfp4", 64, 64, page_bytes(f, 64))["Q_FP8"]
+
+
+def test_bench_picks_are_timed_or_refused_by_name() -> None:
+    # benchmarks/bench_logits.py --pick: a pick the space or the target refuses stops the run with
+    # the reason (an A/B of 2026-12-07 timed the default alone when `dot=wgmma` lacked the
+    # LOADS=descriptor it needs); a feasible one is timed beside the default.
+    from benchmarks.bench_logits import sweep_configs
+
+    got = sweep_configs("mxfp4_68", False, "sm_90", False, ["dot=wgmma,LOADS=descriptor,TILES=16,num_stages=2"])
+    assert [(c["dot"], c["LOADS"], c["TILES"]) for c in got] == [("fp8", "gather", 4), ("wgmma", "descriptor", 16)]
+    with pytest.raises(SystemExit, match="runs LOADS=descriptor"):
+        sweep_configs("mxfp4_68", False, "sm_90", False, ["dot=wgmma,TILES=16"])
+    with pytest.raises(SystemExit, match="--pick"):
+        sweep_configs("mxfp4_68", False, "gfx950", False, ["dot=wgmma,LOADS=descriptor"])
