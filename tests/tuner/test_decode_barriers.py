@@ -10,11 +10,11 @@ picks 3-8% faster on an H100 (16 heads T=64, V4.1 pair, 18.64 -> 17.53 us; 128 h
 start a tile without a fence and barrier (their mbarrier wait and the previous tile's end barrier
 order it) and the producer holds the scale rows' slots in their copies' layout too; 128 heads T=8
 and T=64 on the fp8_584 pair 2.2-2.4% faster. Then (decode_hm_chunk_allocs,
-results/decode_hm_chunk_allocs_ab_h100.md): the heads-on-M builds' K chunks as allocations of
-their own and the split's producer slots by shuffles (a warp's runs of 8 keys); the 64/128-head
-T=64 picks (the split with PREFETCH=1) 0.2-2.8% faster. These bounds are the landed counts: a change that
-folds the chunks back into one allocation, converts the slots again or fences every consumer tile
-fails here before it costs a device call.
+results/decode_hm_chunk_allocs_prefetch_ab_h100.md): the heads-on-M builds' K chunks as
+allocations of their own and the split's producer slots by shuffles (a warp's runs of 8 keys);
+the 64/128-head T=64 picks (the split with PREFETCH=1) 0.2-2.8% faster. These bounds are the
+landed counts: a change that folds the chunks back into one allocation, converts the slots again
+or fences every consumer tile fails here before it costs a device call.
 """
 
 from __future__ import annotations
