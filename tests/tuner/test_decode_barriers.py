@@ -30,14 +30,12 @@ BOUNDS = [
     ("nvfp4_288,fp8_528", "MMA=wgmma_ws", "mma", [5, 5, 9], 0),  # each consumer's tile loop was 6
     ("nvfp4_288,fp8_528", "MMA=wgmma_hmws", "mma", [8, 8, 9], 0),  # was 9
     ("nvfp4_288,fp8_528", "MMA=wgmma_hmpv", "producer", [2, 2], 0),  # was 6 + 6
-    ("nvfp4_288,fp8_528", "MMA=wgmma_hm", None, [11, 8], 0),
     ("fp8_584,fp8_584", "MMA=wgmma", None, [14, 10], 0),  # was 21 + 15
     ("fp8_584,fp8_584", "MMA=wgmma_ws", "producer", [11, 7], 0),  # was 22 + 14, then 13 + 8
     # The split spills in its QK warpgroup: 24 bytes with the slots by shuffles (0 before), 50 with
     # PREFETCH=1 (42 before; its producers convert the slots through scratch memory still).
     ("fp8_584,fp8_584", "MMA=wgmma_hmpv", "producer", [3, 3], 24),  # was 9 + 9
     ("fp8_584,fp8_584", "MMA=wgmma_hmpv,PREFETCH=1", "producer", [10, 8], 50),  # was 13 + 11
-    ("fp8_584,fp8_584", "MMA=wgmma_hm", None, [16, 11], 0),  # was 19 + 14
 ]
 
 
