@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.static_sm90 import loop_instructions, static_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -62,11 +64,8 @@ def test_hm_unmasked_loads_patch_shortens_the_producer(patched_tree: Callable[[P
     # zeroing before each masked load. Static sm_90, the 64/128-head T=64 picks (2026-12-07):
     # fp8_584 producer loops 1104 + 1018 -> 1061 + 973 SASS a tile, spills 50 -> 0 bytes; V4.1
     # 887 + 1060 -> 872 + 1004.
-    from tests.tuner.static_sm90 import static_profile
-
     was, now = static_profile(fmt, cfg), static_profile(fmt, cfg, patched_tree(UNMASKED))
-    before = [lp["instructions"] for lp in was["loops"] if lp["role"] == "producer"]
-    after = [lp["instructions"] for lp in now["loops"] if lp["role"] == "producer"]
+    before, after = loop_instructions(was, "producer"), loop_instructions(now, "producer")
     assert len(before) == len(after) == 2 and all(a <= b for a, b in zip(after, before)), (before, after)
     assert sum(before) - sum(after) >= fewer and now["spills"] <= spills, (before, after, now["spills"])
     assert now["shared_bytes"] == was["shared_bytes"]
