@@ -41,10 +41,14 @@ CLASSES = {  # SASS opcode prefix -> class reported
     "BAR": "barrier", "SHFL": "shuffle", "F2F": "convert", "I2F": "convert", "F2FP": "convert", "PRMT": "byte-permute",
     "LDL": "local (spill)", "STL": "local (spill)", "LDGSTS": "cp.async", "UTMALDG": "tma",
     "CCTL": "prefetch",  # CCTL.E.PF2: prefetch.global.L2
+    # wgmma.wait_group: a warpgroup's wait for its MMAs (WARPGROUP.ARRIVE, wgmma.fence, stays
+    # "other"); one before each HGMMA is ptxas serializing them (C7514 and kin)
+    "WARPGROUP.DEPBAR": "wgmma wait",
 }
 
 
-# Longest prefix first: LDGSTS (cp.async) is not an LDG.
+# Longest prefix first: LDGSTS (cp.async) is not an LDG. Matched against the whole mnemonic
+# ("WARPGROUP.DEPBAR.LE"), which starts with the opcode.
 _BY_LENGTH = sorted(CLASSES.items(), key=lambda kv: -len(kv[0]))
 LOOP_TOP = 8  # the most frequent instructions of the main loop, with --loop
 
@@ -94,7 +98,7 @@ def profile(case: XCompileCase, target: str) -> dict[str, Any]:
     sass = sass_ops(k.asm["cubin"])
     for op in sass:
         for prefix, cls in _BY_LENGTH:
-            if op.opcode.startswith(prefix):
+            if op.mnemonic.startswith(prefix):
                 ops[cls] += 1
                 break
     loop = main_loop(sass)
@@ -124,7 +128,7 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
         body = body_of(lo, hi)
         ops: collections.Counter = collections.Counter()
         for o in body:
-            ops[next((cls for prefix, cls in _BY_LENGTH if o.opcode.startswith(prefix)), "other")] += 1
+            ops[next((cls for prefix, cls in _BY_LENGTH if o.mnemonic.startswith(prefix)), "other")] += 1
         role = ("mma" if ops["wgmma"] or ops["mma.sync"]
                 else "producer" if ops["ld.global"] or ops["cp.async"] else "other")
         alu = alu_share(collections.Counter(o.opcode for o in body))

@@ -69,3 +69,21 @@ def test_hm_unmasked_loads_patch_shortens_the_producer(patched_tree: Callable[[P
     assert len(before) == len(after) == 2 and all(a <= b for a, b in zip(after, before)), (before, after)
     assert sum(before) - sum(after) >= fewer and now["spills"] <= spills, (before, after, now["spills"])
     assert now["shared_bytes"] == was["shared_bytes"]
+
+
+PV_IN_FLIGHT = ROOT / "benchmarks" / "patches" / "decode_ws_pv_in_flight.patch"
+
+
+@pytest.mark.skipif(not PV_IN_FLIGHT.exists(), reason="decode_ws_pv_in_flight.patch has landed or gone")
+@pytest.mark.parametrize("fmt", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
+def test_ws_pv_in_flight_patch_waits_once_a_tile(patched_tree: Callable[[Path], Path], fmt: str) -> None:
+    # The warp-specialised consumer leaves a tile's PV MMAs in flight and waits for them with the
+    # next tile's S (one wgmma wait a trip, not two), with every wgmma still pipelined (a wait
+    # before each would be ptxas serializing them: C7514, which waiting for the PV MMAs alone with
+    # wait_group 4 brings); registers, spills and shared memory as before.
+    was, now = static_profile(fmt, "MMA=wgmma_ws"), static_profile(fmt, "MMA=wgmma_ws", patched_tree(PV_IN_FLIGHT))
+    # The two lists' tile loops, first in address order (a span further on runs into the epilogue).
+    waits = [[lp["ops"].get("wgmma wait", 0) for lp in p["loops"] if lp["role"] == "mma"][:2] for p in (was, now)]
+    assert waits == [[2, 2], [1, 1]], waits
+    assert now["ops"]["wgmma wait"] < now["ops"]["wgmma"] // 8, now["ops"]
+    assert (now["registers"], now["spills"], now["shared_bytes"]) == (was["registers"], was["spills"], was["shared_bytes"])
