@@ -4,7 +4,8 @@
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
 D = gl.constexpr(512)
 BLOCK_N = gl.constexpr(64)  # keys a tile: one wgmma M block
@@ -436,18 +437,35 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 @gluon.jit
 def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
             s_l: gl.constexpr, o_l: gl.constexpr, SYNC_IN: gl.constexpr = True):
-    # One tile (in kv_smem) into the online softmax. MMA 1, async over the four chunks:
-    # S^T[64, heads] = sum_c K_c q_c^T. SYNC_IN: this CTA's warps wrote the tile, so a fence and
-    # a barrier first (not in a warp-specialised consumer: its mbarrier wait orders the
-    # producer's fenced stores, and its previous tile's end barrier every warp's reads of p_smem).
+    # One tile (in kv_smem) into the online softmax: _qk's MMAs, then _softmax_pv's, each waited
+    # for. SYNC_IN: this CTA's warps wrote the tile, so a fence and a barrier first (not in a
+    # warp-specialised consumer: its mbarrier wait orders the producer's fenced stores, and its
+    # previous tile's end barrier every warp's reads of p_smem).
     if SYNC_IN:
         fence_async_shared()
         gl.thread_barrier()
+    s = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, z, kz, m_i.shape[0], s_l),))
+    m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, z, kz, s, valid, m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                           K_UNIT, o_l)
+    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _qk(kv_smem, q_smem, z, kz, HB: gl.constexpr, s_l: gl.constexpr):
+    # MMA 1, issued over the four chunks and not waited for: S^T[64, heads] = sum_c K_c q_c^T.
     s = warpgroup_mma(kv_smem[0].index(kz), q_smem.index(z).permute((1, 0)),
-                      gl.zeros([BLOCK_N, m_i.shape[0]], gl.float32, s_l), use_acc=False, is_async=True)
+                      gl.zeros([BLOCK_N, HB], gl.float32, s_l), use_acc=False, is_async=True)
     for c in gl.static_range(1, 4):
         s = warpgroup_mma(kv_smem[c].index(kz), q_smem.index(z + c).permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma_wait(0, deps=(s,))
+    return s
+
+
+@gluon.jit
+def _softmax_pv(kv_smem, p_smem, z, kz, s, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
+                o_l: gl.constexpr):
+    # S (_qk's, waited for) into the online softmax, P into p_smem, then MMA 2 issued and not
+    # waited for: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     # Base 2; an absent key scores -inf, and a running max still -inf is used as 0 so that exp2
     # never sees -inf - -inf. The reductions run over the keys: across the four warps.
     # K_UNIT: the tile's K is stored divided by it (2**K_SHIFT for e2m1 records, 2**E4M3_SHIFT for
@@ -464,14 +482,12 @@ def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, sca
     p_smem.index(z).store(gl.permute(p.to(gl.bfloat16), (1, 0)))
     fence_async_shared()
     gl.thread_barrier()
-    # MMA 2: O_c^T[128, heads] += K_c^T P^T, the chunks read transposed (dims on M).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
     pT = p_smem.index(z).permute((1, 0))
     o0 = warpgroup_mma(kv_smem[0].index(kz).permute((1, 0)), pT, o0 * a_o, is_async=True)
     o1 = warpgroup_mma(kv_smem[1].index(kz).permute((1, 0)), pT, o1 * a_o, is_async=True)
     o2 = warpgroup_mma(kv_smem[2].index(kz).permute((1, 0)), pT, o2 * a_o, is_async=True)
     o3 = warpgroup_mma(kv_smem[3].index(kz).permute((1, 0)), pT, o3 * a_o, is_async=True)
-    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
     return m_new, l_r, o0, o1, o2, o3
 
 
@@ -1468,10 +1484,17 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         u = i & 1
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
-        m_i, l_r, o0, o1, o2, o3 = _attend(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r, o0, o1,
-                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, False)
+        # This tile's S issued behind the previous tile's PV MMAs, which were left in flight: the
+        # tensor cores go from one to the other with no wait, barrier or mbarrier between. Both
+        # waited for at once (waiting for the PV MMAs alone, wait_group 4, makes ptxas serialize
+        # every wgmma of the kernel: C7514), then the previous tile's K buffer goes back.
+        kz = (t >> 31) + u
+        s, o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l), o0, o1,
+                                                        o2, o3))
         gl.thread_barrier()
-        mbarrier.arrive(empty.index(u))
+        mbarrier.arrive(empty.index(u ^ 1), pred=i > 0)
+        m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
+                                               o3, scale_log2, K_UNIT, o_l)
         slot = slot_n
     return m_i, l_r, o0, o1, o2, o3
 
@@ -1486,8 +1509,8 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
         u = i & 1
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), (i >> 1) & 1)
-        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r, o0, o1,
-                                           o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
+        m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r,
+                                              o0, o1, o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(u))
         slot = slot_n
@@ -1521,12 +1544,16 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
     fence_async_shared()  # the query's chunks, before the MMAs read them (_attend does not, here)
     gl.thread_barrier()
+    # O's accumulators as the tokens of MMAs in flight: a tile's PV MMAs stay in flight into the
+    # next tile (_ws_consume_list), so that is what its loop carries.
+    o0, o1, o2, o3 = warpgroup_mma_init(o0), warpgroup_mma_init(o1), warpgroup_mma_init(o2), warpgroup_mma_init(o3)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
                                                 m_i, l_r, o0, o1, o2, o3, scale_log2,
                                                 2.0 ** E4M3_SHIFT, kl, s_l, o_l)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
                                                 p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
                                                 2.0 ** K_SHIFT, kl, s_l, o_l)
+    o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))  # the last tile's PV (its buffer: no one waits)
     return m_i, l_r, o0, o1, o2, o3
 
 
