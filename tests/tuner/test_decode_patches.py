@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.static_sm90 import loop_barriers, static_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -48,3 +50,22 @@ def test_patch_applies_to_this_tree(patch: Path) -> None:
     got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
 
+
+
+MAX_BY_WARP = ROOT / "benchmarks" / "patches" / "decode_ws_max_by_warp.patch"
+
+
+@pytest.mark.skipif(not MAX_BY_WARP.exists(), reason="decode_ws_max_by_warp.patch has landed or gone")
+@pytest.mark.parametrize("fmt", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
+def test_ws_max_by_warp_patch_takes_two_barriers_out_of_the_consumer(patched_tree: Callable[[Path], Path],
+                                                                      fmt: str) -> None:
+    # The warp-specialised consumer's max over a tile's keys as each warp's max into 256 bytes of
+    # shared memory and one CTA barrier, the one its K buffer's release waits for anyway (gl.max
+    # across the four warps took three and two shared-memory round trips): each list's tile loop
+    # 5 -> 3 barriers a trip (the release's mbarrier arrive takes one of its own after it); the
+    # registers and spills as before, the shared memory 256 bytes more at most.
+    was, now = static_profile(fmt, "MMA=wgmma_ws"), static_profile(fmt, "MMA=wgmma_ws", patched_tree(MAX_BY_WARP))
+    barriers = [loop_barriers(p, "mma")[:2] for p in (was, now)]
+    assert barriers == [[5, 5], [3, 3]], barriers
+    assert [now[k] for k in ("registers", "spills")] == [was[k] for k in ("registers", "spills")], (now, was)
+    assert was["shared_bytes"] < now["shared_bytes"] <= was["shared_bytes"] + 256
