@@ -28,7 +28,3 @@ def loop_barriers(profile: dict[str, Any], role: str | None = None) -> list[int]
     """CTA barriers a trip of each tile loop (in address order), of one role's loops or all."""
     return [lp["ops"].get("barrier", 0) for lp in profile["loops"] if role is None or lp["role"] == role]
 
-
-def loop_instructions(profile: dict[str, Any], role: str | None = None) -> list[int]:
-    """SASS instructions a trip of each tile loop (in address order), of one role's loops or all."""
-    return [lp["instructions"] for lp in profile["loops"] if role is None or lp["role"] == role]
