@@ -436,14 +436,13 @@ def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
 
 @gluon.jit
 def _attend(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr,
-            s_l: gl.constexpr, o_l: gl.constexpr, SYNC_IN: gl.constexpr = True):
+            s_l: gl.constexpr, o_l: gl.constexpr):
     # One tile (in kv_smem) into the online softmax: _qk's MMAs, then _softmax_pv's, each waited
-    # for. SYNC_IN: this CTA's warps wrote the tile, so a fence and a barrier first (not in a
-    # warp-specialised consumer: its mbarrier wait orders the producer's fenced stores, and its
-    # previous tile's end barrier every warp's reads of p_smem).
-    if SYNC_IN:
-        fence_async_shared()
-        gl.thread_barrier()
+    # for. This CTA's warps wrote the tile, so a fence and a barrier first. (The warp-specialised
+    # consumer calls _qk and _softmax_pv itself: its mbarrier wait orders the producer's fenced
+    # stores.)
+    fence_async_shared()
+    gl.thread_barrier()
     s = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, z, kz, m_i.shape[0], s_l),))
     m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, z, kz, s, valid, m_i, l_r, o0, o1, o2, o3, scale_log2,
                                            K_UNIT, o_l)
@@ -498,7 +497,10 @@ def _attend_hm(kv_smem, q_smem, p_smem, z, kz, valid, m_i, l_r, o0, o1, o2, o3, 
     # sum_c q_c K_c^T (the query chunk the A operand, the K chunk read transposed as B); the
     # softmax reduces over the keys (columns); MMA 2 O_c[64 heads, 128 dims] += P K_c (P from
     # shared memory as A, the K chunk as B with its dims contiguous).
-    if SYNC_IN:  # (as _attend)
+    # SYNC_IN: this CTA's warps wrote the tile, so a fence and a barrier first (not in the
+    # warp-specialised consumer: its mbarrier wait orders the producer's fenced stores, and its
+    # previous tile's end barrier every warp's reads of p_smem).
+    if SYNC_IN:
         fence_async_shared()
         gl.thread_barrier()
     s = warpgroup_mma(q_smem.index(z), kv_smem[0].index(kz).permute((1, 0)),
