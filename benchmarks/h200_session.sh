@@ -324,8 +324,10 @@ for phase in "$@"; do
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline_cluster.log"
     ;;
   timeline)  # what binds the wgmma builds: their trace builds' per-tile timelines (PREFETCH 0 and 1); one pair a
-    # call (TL_PAIR; each traced kernel is a cold compile, ~30 s)
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" \
+    # call (TL_PAIR; each traced kernel is a cold compile, ~30 s); TL_BUILDS, TL_HEADS and TL_T narrow the runs
+    tl=(); for b in ${TL_BUILDS:-}; do tl+=(--build "$b"); done
+    [ -n "${TL_HEADS:-}" ] && tl+=(--heads "$TL_HEADS"); [ -n "${TL_T:-}" ] && tl+=(--t "$TL_T")
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair "${TL_PAIR:-nvfp4_288+fp8_528}" "${tl[@]}" \
       --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
     echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
