@@ -132,7 +132,12 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
         role = ("mma" if ops["wgmma"] or ops["mma.sync"]
                 else "producer" if ops["ld.global"] or ops["cp.async"] else "other")
         alu = alu_share(collections.Counter(o.opcode for o in body))
-        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "alu": alu, "ops": dict(ops)})
+        # The most instructions one forward branch within the loop jumps over: a trip that takes
+        # it is that much shorter than the loop's count (a block under a uniform condition).
+        skip = max((len(body_of(o.addr, o.target)) - 2 for o in body
+                    if o.target is not None and o.addr < o.target <= hi), default=0)
+        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "skip": skip, "alu": alu,
+                    "ops": dict(ops)})
     return out
 
 
@@ -176,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     if inner:
         classes = sorted({c for _, lp in inner for c in lp["ops"]})
         print("\nInnermost loops (a trip each: a tile of a partition's loop):\n")
-        print("| config | loop | role | instructions | integer pipe | " + " | ".join(classes) + " |")
-        print("|---|---|---|---|---|" + "---|" * len(classes))
+        print("| config | loop | role | instructions | skippable | integer pipe | " + " | ".join(classes) + " |")
+        print("|---|---|---|---|---|---|" + "---|" * len(classes))
         for name, lp in inner:
-            print(f"| {name} | {lp['range']} | {lp['role']} | {lp['instructions']} | {lp['alu']} | "
+            print(f"| {name} | {lp['range']} | {lp['role']} | {lp['instructions']} | {lp['skip']} | {lp['alu']} | "
                   + " | ".join(str(lp["ops"].get(c, 0)) for c in classes) + " |")
     return 0
 
