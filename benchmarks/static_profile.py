@@ -132,12 +132,12 @@ def loops(sass: list[SassOp], min_len: int = LOOP_MIN) -> list[dict[str, Any]]:
         role = ("mma" if ops["wgmma"] or ops["mma.sync"]
                 else "producer" if ops["ld.global"] or ops["cp.async"] else "other")
         alu = alu_share(collections.Counter(o.opcode for o in body))
-        # The most instructions one forward branch within the loop jumps over: a trip that takes
-        # it is that much shorter than the loop's count (a block under a uniform condition).
-        skip = max((len(body_of(o.addr, o.target)) - 2 for o in body
-                    if o.target is not None and o.addr < o.target <= hi), default=0)
-        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body), "skip": skip, "alu": alu,
-                    "ops": dict(ops)})
+        # What each forward branch within the loop jumps over, longest first: a trip that takes
+        # one is that much shorter than the loop's count (a block under a uniform condition).
+        skips = sorted((len(body_of(o.addr, o.target)) - 2 for o in body
+                        if o.target is not None and o.addr < o.target <= hi), reverse=True)
+        out.append({"range": f"{lo:#x}-{hi:#x}", "role": role, "instructions": len(body),
+                    "skip": skips[0] if skips else 0, "skips": skips, "alu": alu, "ops": dict(ops)})
     return out
 
 

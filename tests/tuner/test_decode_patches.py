@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,14 +21,33 @@ ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
 
-def _patched_copy(patch: Path, dest: Path) -> Path:
-    # The tracked files as they are in this checkout (uncommitted edits included), then the patch.
+AFTER = "kvtune-patch-after:"  # a patch's first line naming the patch it is written on top of
+
+
+def _chain(patch: Path) -> list[Path]:
+    """The patches to apply, in order, for `patch`: those it names after AFTER (first line; git
+    apply skips text before the first diff), then itself. A stacked patch is A/B'd on a device
+    copy its predecessor's A/B left patched (benchmarks/patches/README.md)."""
+    first = patch.read_text().splitlines()[0]
+    before = _chain(patch.parent / first[len(AFTER):].strip()) if first.startswith(AFTER) else []
+    return before + [patch]
+
+
+def _copy_tree(dest: Path) -> Path:
+    # The tracked files as they are in this checkout (uncommitted edits included).
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
         if (ROOT / f).is_file():
             (dest / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, dest / f)
-    subprocess.run(["git", "apply", str(patch)], cwd=dest, capture_output=True, text=True, check=True)
+    return dest
+
+
+def _patched_copy(patch: Path, dest: Path) -> Path:
+    # A copy of the tree, then the patch (after the ones it is written on top of).
+    _copy_tree(dest)
+    for p in _chain(patch):
+        subprocess.run(["git", "apply", str(p)], cwd=dest, capture_output=True, text=True, check=True)
     return dest
 
 
@@ -46,8 +66,13 @@ def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], P
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
-def test_patch_applies_to_this_tree(patch: Path) -> None:
-    got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
+    *before, _ = _chain(patch)
+    tree = _copy_tree(tmp_path) if before else ROOT
+    for p in before:
+        assert p.exists(), f"{patch.name} is written on top of {p.name}, which is not here"
+        subprocess.run(["git", "apply", str(p)], cwd=tree, capture_output=True, text=True, check=True)
+    got = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tree, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
 
 
@@ -72,3 +97,25 @@ def test_max_by_warp_patch_takes_barriers_out_of_the_tile_loops(patched_tree: Ca
     assert [b - a for b, a in zip(before, after)] == [fewer, fewer], (before, after)
     assert now["registers"] <= was["registers"] and now["spills"] == was["spills"] == 0, (now, was)
     assert was["shared_bytes"] < now["shared_bytes"] <= was["shared_bytes"] + 512
+
+
+LAZY_RESCALE = ROOT / "benchmarks" / "patches" / "decode_lazy_rescale.patch"
+
+
+@pytest.mark.skipif(not LAZY_RESCALE.exists(), reason="decode_lazy_rescale.patch has landed or gone")
+@pytest.mark.parametrize("fmt", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
+@pytest.mark.parametrize("cfg", ["MMA=wgmma_ws", "MMA=wgmma"])
+def test_lazy_rescale_patch_lets_a_tile_skip_the_rescale(patched_tree: Callable[[Path], Path], fmt: str,
+                                                         cfg: str) -> None:
+    # The one-warpgroup heads-on-N builds move their running max only when a tile's passes it by
+    # more than 2**8: a tile that does not skips the rescale of O (64 multiplies a thread) and the
+    # sums (8): each list's MMA loop gains a forward branch over at least 72 instructions, at no
+    # more barriers, no spills and at most 4 registers more.
+    was = static_profile(fmt, cfg, patched_tree(MAX_BY_WARP))
+    now = static_profile(fmt, cfg, patched_tree(LAZY_RESCALE))
+    before = [lp["skips"] for lp in was["loops"] if lp["role"] == "mma"][:2]
+    after = [lp["skips"] for lp in now["loops"] if lp["role"] == "mma"][:2]
+    new = [sorted((Counter(a) - Counter(b)).elements(), reverse=True) for a, b in zip(after, before)]
+    assert len(new) == 2 and all(n and n[0] >= 72 for n in new), (before, after)
+    assert loop_barriers(now, "mma")[:2] == loop_barriers(was, "mma")[:2]
+    assert now["spills"] == was["spills"] == 0 and now["registers"] <= was["registers"] + 4, (now, was)
