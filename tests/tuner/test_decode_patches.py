@@ -119,4 +119,3 @@ def test_lazy_rescale_patch_lets_a_tile_skip_the_rescale(patched_tree: Callable[
     assert len(new) == 2 and all(n and n[0] >= 72 for n in new), (before, after)
     assert loop_barriers(now, "mma")[:2] == loop_barriers(was, "mma")[:2]
     assert now["spills"] == was["spills"] == 0 and now["registers"] <= was["registers"] + 4, (now, was)
-
