@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.tuner.static_sm90 import loop_barriers, static_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
@@ -76,47 +73,12 @@ def test_patch_applies_to_this_tree(patch: Path, tmp_path: Path) -> None:
     assert got.returncode == 0, got.stderr
 
 
-
-MAX_BY_WARP = ROOT / "benchmarks" / "patches" / "decode_max_by_warp.patch"
-
-
-@pytest.mark.skipif(not MAX_BY_WARP.exists(), reason="decode_max_by_warp.patch has landed or gone")
-@pytest.mark.parametrize("fmt", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
-@pytest.mark.parametrize("cfg,fewer", [("MMA=wgmma_ws", 2), ("MMA=wgmma", 1), ("MMA=wgmma,num_warps=8", 1)])
-def test_max_by_warp_patch_takes_barriers_out_of_the_tile_loops(patched_tree: Callable[[Path], Path], fmt: str,
-                                                                 cfg: str, fewer: int) -> None:
-    # The heads-on-N builds' max over a tile's keys as each warp's max into 256 bytes of shared
-    # memory (512 at 32 heads) and one CTA barrier (gl.max across the four key warps took three
-    # and two shared-memory round trips): the warp-specialised consumer's tile loops 5 -> 3
-    # barriers a trip (its one also serves the K buffer's release; Triton's membar puts one after
-    # the release's mbarrier arrive), the one- and two-warpgroup builds' one fewer; registers no
-    # more, no spills, the shared memory that much more at most.
-    was, now = static_profile(fmt, cfg), static_profile(fmt, cfg, patched_tree(MAX_BY_WARP))
-    role = "mma" if "ws" in cfg else None
-    before, after = loop_barriers(was, role)[:2], loop_barriers(now, role)[:2]
-    assert [b - a for b, a in zip(before, after)] == [fewer, fewer], (before, after)
-    assert now["registers"] <= was["registers"] and now["spills"] == was["spills"] == 0, (now, was)
-    assert was["shared_bytes"] < now["shared_bytes"] <= was["shared_bytes"] + 512
-
-
-LAZY_RESCALE = ROOT / "benchmarks" / "patches" / "decode_lazy_rescale.patch"
-
-
-@pytest.mark.skipif(not LAZY_RESCALE.exists(), reason="decode_lazy_rescale.patch has landed or gone")
-@pytest.mark.parametrize("fmt", ["nvfp4_288,fp8_528", "fp8_584,fp8_584"])
-@pytest.mark.parametrize("cfg", ["MMA=wgmma_ws", "MMA=wgmma"])
-def test_lazy_rescale_patch_lets_a_tile_skip_the_rescale(patched_tree: Callable[[Path], Path], fmt: str,
-                                                         cfg: str) -> None:
-    # The one-warpgroup heads-on-N builds move their running max only when a tile's passes it by
-    # more than 2**8: a tile that does not skips the rescale of O (64 multiplies a thread) and the
-    # sums (8): each list's MMA loop gains a forward branch over at least 72 instructions, at no
-    # more barriers, no spills and at most 4 registers more.
-    *before_it, _ = _chain(LAZY_RESCALE)  # its base: the patch it is written on top of, if any
-    was = static_profile(fmt, cfg, patched_tree(before_it[-1])) if before_it else static_profile(fmt, cfg)
-    now = static_profile(fmt, cfg, patched_tree(LAZY_RESCALE))
-    before = [lp["skips"] for lp in was["loops"] if lp["role"] == "mma"][:2]
-    after = [lp["skips"] for lp in now["loops"] if lp["role"] == "mma"][:2]
-    new = [sorted((Counter(a) - Counter(b)).elements(), reverse=True) for a, b in zip(after, before)]
-    assert len(new) == 2 and all(n and n[0] >= 72 for n in new), (before, after)
-    assert loop_barriers(now, "mma")[:2] == loop_barriers(was, "mma")[:2]
-    assert now["spills"] == was["spills"] == 0 and now["registers"] <= was["registers"] + 4, (now, was)
+def test_a_stacked_patch_applies_after_the_one_it_names(tmp_path: Path) -> None:
+    # Written on top of another (first line "kvtune-patch-after: NAME.patch"): its chain is that
+    # one's chain, then itself, so both the applies test and a claim's patched copy apply them in
+    # that order.
+    (tmp_path / "a.patch").write_text("diff --git a/x b/x\n")
+    (tmp_path / "b.patch").write_text(f"{AFTER} a.patch\n\ndiff --git a/x b/x\n")
+    (tmp_path / "c.patch").write_text(f"{AFTER} b.patch\n\ndiff --git a/x b/x\n")
+    assert _chain(tmp_path / "a.patch") == [tmp_path / "a.patch"]
+    assert _chain(tmp_path / "c.patch") == [tmp_path / "a.patch", tmp_path / "b.patch", tmp_path / "c.patch"]
