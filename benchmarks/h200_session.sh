@@ -171,7 +171,7 @@ for phase in "$@"; do
         --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" --pick "MMA=wgmma_ws" --pick "MMA=wgmma_ws,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hmws" --pick "MMA=wgmma_hmpv" --pick "MMA=wgmma_ws,PREFETCH=1" \
-        --pick "MMA=wgmma_hmws,PREFETCH=1" --pick "MMA=wgmma_hmpv,PREFETCH=1" \
+        --pick "MMA=wgmma_hmws,PREFETCH=1" --pick "MMA=wgmma_hmpv,PREFETCH=1" --pick "MMA=wgmma_wsp" \
         --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
