@@ -51,7 +51,8 @@ TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* co
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
 DEFAULT_RUNS: tuple[tuple[str, int, int], ...] = (("wgmma", 16, 1), ("wgmma", 16, 64), ("wgmma_ws", 16, 64),
                                                   ("wgmma_hm", 128, 64), ("wgmma_hmws", 128, 64),
-                                                  ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64))
+                                                  ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64),
+                                                  ("wgmma_wsp", 16, 64))
 
 
 def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) -> dict[str, Any]:
@@ -221,6 +222,14 @@ def run(pair: tuple[str, str], build: str, heads: int, t: int, prefetch: int, re
             "tiles a program": per, "error": bad, "trace spills": trace_spills(launched), **summarise(trace, walked)}
 
 
+def _refused(pair: tuple[str, str], build: str, heads: int) -> bool:
+    """Whether the pair's space refuses `build` at `heads` (its buffers exceed sm_90's shared memory)."""
+    from catalog.families.decode import default_config, space
+    from catalog.families.decode_wgmma import wgmma_config
+
+    return space(*pair, heads).infeasible(wgmma_config(default_config(*pair).replace(MMA=build))) is not None
+
+
 def trace_spills(launched: Sequence[Any]) -> int | None:
     """The largest spill (bytes) of the traced kernels a run launched (Triton's compiled kernels'
     n_spills): the probes' registers can make one build's trace spill where another's does not
@@ -300,6 +309,8 @@ def main() -> int:
     rows = []
     for pair in pairs:
         for build, heads, t in runs:
+            if _refused(pair, build, heads):  # (the ping-pong build: the V4.1 pair alone)
+                continue
             for prefetch in ((0, 1) if build in WGMMA_PREFETCH_MMAS else (0,)):
                 for resident in ((False, True) if args.resident else (False,)):
                     row = run(pair, build, heads, t, prefetch, resident)  # type: ignore[arg-type]
