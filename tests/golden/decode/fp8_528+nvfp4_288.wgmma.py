@@ -1680,7 +1680,7 @@ def decode_wgmma_ws_kernel(
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2, share_ws, share_cnt, share_rdy,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr, MERGE: gl.constexpr,
     MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr,
-    num_warps: gl.constexpr, PP: gl.constexpr = False,
+    num_warps: gl.constexpr, PP: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
     # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16; PREFETCH: the
