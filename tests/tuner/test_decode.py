@@ -672,7 +672,7 @@ def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pyte
     # COMBINE=fused on the heads-on-N builds: each program waits for its token's others, so the
     # launch merges in the kernel only where every program is resident at once (no more programs
     # than SMs, one an SM) and a token's partials fit one block; else decode_combine merges.
-    import tuner.kernels.decode.launch as L
+    import tuner.kernels.decode.buffers as L
 
     monkeypatch.setattr(L, "sm_count", lambda device: 132)
     dev = torch.device("cpu")
@@ -686,6 +686,8 @@ def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pyte
         assert cfg["COMBINE"] == "fused" and space("nvfp4_288", "fp8_528").infeasible(cfg) is None
     hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hmpv", COMBINE="fused"))
     assert hm["COMBINE"] == "kernel"
+    # The ping-pong build's programs write two partials each: decode_combine merges them, always.
+    assert wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_wsp", COMBINE="fused"))["COMBINE"] == "kernel"
 
 
 def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:

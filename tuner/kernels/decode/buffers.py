@@ -1,12 +1,14 @@
 """The buffers the wgmma decode builds keep per device across launches: the shared tiles of
 WGMMA_SHARE_MMAS and the in-kernel merge's barrier words (COMBINE=fused). Kept, not allocated a
-launch, because their words carry state from one launch to the next and CUDA graphs capture them."""
+launch, because their words carry state from one launch to the next and CUDA graphs capture them.
+And where that merge may run at all (`merge_fits`)."""
 
 from __future__ import annotations
 
 import torch
 
 from catalog.families.decode_wgmma import WGMMA_BLOCK_N
+from tuner.kernels.base import sm_count
 
 # Per (device, head groups), the shared-tile buffers of WGMMA_SHARE_MMAS (their kernels' share_ws,
 # share_cnt, share_rdy): tiles' bf16 copies and two int32 words a tile. The words are zeroed once and
@@ -43,3 +45,17 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
         size = max(2 * n, 2 * held[-1].numel() if held else 0)  # at least double, as shared_tiles grows
         held.append(torch.zeros(size, dtype=torch.int32, device=device))
     return held[-1]
+
+
+# The most partials a token's programs merge together (MERGE_S rows of one block load: 16 x 16 heads x
+# 32 dims, 64 a thread at 4 warps).
+MERGE_MAX_PARTS = 16
+
+
+def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
+    """Whether a launch's programs may merge their partials themselves (COMBINE=fused on the
+    heads-on-N builds): each waits for its token's others, so every program of the grid must be
+    resident at once (one an SM: the path's shared memory) -- no more programs than SMs -- and a
+    token's partials must fit the merge's one block load (MERGE_MAX_PARTS). Otherwise
+    decode_combine merges them."""
+    return 1 < parts <= MERGE_MAX_PARTS and programs <= sm_count(device)

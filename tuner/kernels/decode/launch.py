@@ -25,7 +25,7 @@ from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WG
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
-from tuner.kernels.decode.buffers import merge_counters, shared_tiles
+from tuner.kernels.decode.buffers import merge_counters, merge_fits, shared_tiles
 from tuner.kernels.decode.cluster import check_once, cluster_module
 from tuner.targets import detect, interpreting
 
@@ -466,20 +466,6 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
         # after its key loop (sm_90 has PDL).
         launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, n_part,
                        attn_sink is not None, pdl=True)
-
-
-# The most partials a token's programs merge together (MERGE_S rows of one block load: 16 x 16 heads x
-# 32 dims, 64 a thread at 4 warps).
-MERGE_MAX_PARTS = 16
-
-
-def merge_fits(parts: int, programs: int, device: torch.device) -> bool:
-    """Whether a launch's programs may merge their partials themselves (COMBINE=fused on the
-    heads-on-N builds): each waits for its token's others, so every program of the grid must be
-    resident at once (one an SM: the path's shared memory) -- no more programs than SMs -- and a
-    token's partials must fit the merge's one block load (MERGE_MAX_PARTS). Otherwise
-    decode_combine merges them."""
-    return 1 < parts <= MERGE_MAX_PARTS and programs <= sm_count(device)
 
 
 def launch_combine(mod: Any, part_o: torch.Tensor, part_ml: torch.Tensor, sink: torch.Tensor, o: torch.Tensor,

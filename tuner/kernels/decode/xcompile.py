@@ -15,7 +15,8 @@ from catalog.families.decode_wgmma import (WGMMA_CLUSTER_CTAS, WGMMA_HEADS, WGMM
                                            WGMMA_HM_WARPS, wgmma_reads)
 from catalog.formats import RecordFormat, get_format
 from tuner.kernels.base import XCompileCase
-from tuner.kernels.decode.launch import MERGE_MAX_PARTS, combine_tile
+from tuner.kernels.decode.buffers import MERGE_MAX_PARTS
+from tuner.kernels.decode.launch import combine_tile
 from tuner.kernels.signature import kernel_signature
 
 # Triton's type of each runtime parameter of the family's kernels (decode_kernel, decode_combine,
