@@ -57,7 +57,8 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # warpgroup leaves the tensor cores idle during each softmax: H100 timeline 2026-12-07, consumer 1.65
 # us a 1.78 us tile). Each writes a partial of its own, so a program writes two and decode_combine
 # always runs; a program takes two tiles at least (`wgmma_plan`). Its second P buffer (2 KiB) fits
-# beside the V4.1 pair's buffers, not the V4 pair's (`wgmma_wsp_reads`).
+# beside the V4.1 pair's buffers, not the V4 pair's (`wgmma_wsp_reads`). CPU-compiled only so far
+# (2026-12-07; `h200_session.sh wsp` runs its GPU tests and timings): not seeded.
 WGMMA_WSP_MMAS: tuple[str, ...] = ("wgmma_wsp",)
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
