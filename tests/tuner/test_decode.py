@@ -1027,6 +1027,23 @@ def test_wgmma_ws_build_fits_sm90_and_does_not_spill(pair: tuple[str, str]) -> N
     assert int(got["prefetch"]) == 0, got  # none without PREFETCH
 
 
+def test_wgmma_heads_on_m_unsplit_build_compiles_for_sm90() -> None:
+    # NUM_SPLITS=1 on the heads-on-M build writes o and lse from its own epilogue branch (heads on
+    # the rows of O), which no split launch compiles: cross-compiled here (2026-12-07: an edit meant
+    # for the heads-on-N epilogue reached it and only a GPU run would have failed).
+    # (In a process without TRITON_INTERPRET, as _sm90_static_profile compiles.)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from tuner.compile import _request, compile_with_stats; "
+            "from tuner.kernels.decode.xcompile import wgmma_case; from catalog.formats import get_format; "
+            "f = get_format('fp8_584'); case = wgmma_case(f, f, split=False, heads=64, warps=8, heads_on_m=True); "
+            "assert case.constexprs['SPLIT'] is False; "
+            "print(json.dumps(compile_with_stats(_request(case, 'sm_90'))[1]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    stats = json.loads(out.strip().splitlines()[-1])
+    assert stats["spills"] == 0 and stats["registers"] <= 255, stats
+
+
 def test_wgmma_wsp_build_fits_sm90_reads_v41_pair_only_and_does_not_spill() -> None:
     # The ping-pong warp-specialised build (MMA=wgmma_wsp), compiled on the CPU for sm_90: 16 warps
     # of 128 registers at launch (8 producer warps at 112, two consumer warpgroups at 144), no

@@ -1279,13 +1279,6 @@ def decode_wgmma_hm_kernel(
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
     else:
-        l_i = gl.sum(l_r, axis=0)
-        # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
-        od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
-        oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
-        ohm = (oh < n_heads)[None, :]
-        h = h0 + gl.arange(0, HB, layout=hl)
-        hmask = h < n_heads
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0
         m_use = gl.where(has, m_i, 0.0)
@@ -2094,13 +2087,6 @@ def decode_wgmma_hmws_kernel(
         gl.store(part_ml_ptr + (row + h) * 2, m_i, mask=hmask)
         gl.store(part_ml_ptr + (row + h) * 2 + 1, l_i, mask=hmask)
     else:
-        l_i = gl.sum(l_r, axis=0)
-        # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
-        od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
-        oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
-        ohm = (oh < n_heads)[None, :]
-        h = h0 + gl.arange(0, HB, layout=hl)
-        hmask = h < n_heads
         # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
         has = l_i > 0
         m_use = gl.where(has, m_i, 0.0)

@@ -72,6 +72,8 @@ def xcompile_cases() -> list[XCompileCase]:
     # The heads-on-M build (MMA=wgmma_hm: 64 heads a program, two warpgroups) on both of issue 28's
     # pairs (the V4.1 pair's lists in one stage region).
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
+    # ... and unsplit (NUM_SPLITS=1: o and lse straight from the kernel, its own epilogue branch).
+    cases.append(wgmma_case(f584, f584, split=False, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     cases.append(wgmma_case(cf, wf, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True))
     # The warp-specialised build (MMA=wgmma_ws: producer warps beside the consumer warpgroup) on it too.
     cases.append(wgmma_case(f584, f584, split=True, build="ws"))
