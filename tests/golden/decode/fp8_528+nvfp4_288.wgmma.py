@@ -1653,17 +1653,15 @@ def _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, wid
 @gluon.jit
 def _ws_consumer_pp1(q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
                      w1, kv_smem, q_smem, p_smem, ready, empty, qbar, part_o_ptr, part_ml_ptr, scale_log2,
-                     HB: gl.constexpr):
+                     HB: gl.constexpr, kl: gl.constexpr, hl: gl.constexpr, s_l: gl.constexpr,
+                     o_l: gl.constexpr):
     # The second consumer warpgroup (a worker partition: it returns nothing), its partial written
     # here, beside the first's (the kernel's epilogue).
-    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
-    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
     m_i, l_r, o0, o1, o2, o3 = _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk,
                                                window, c0, c1, w0, w1, kv_smem, q_smem, p_smem, ready, empty, qbar,
-                                               scale_log2, 1, HB, gl.SliceLayout(1, s_l), gl.SliceLayout(0, s_l), s_l,
-                                               o_l)
+                                               scale_log2, 1, HB, kl, hl, s_l, o_l)
     _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp + 1) * n_heads, n_heads, h0, m_i,
-                   l_r, o0, o1, o2, o3, HB, gl.SliceLayout(0, s_l), o_l)
+                   l_r, o0, o1, o2, o3, HB, hl, o_l)
 
 
 @gluon.jit
@@ -1747,7 +1745,7 @@ def decode_wgmma_ws_kernel(
                             gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
             (_ws_consumer_pp1, (q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0,
                                 c1, w0, w1, kv_smem, q_smem, p_smem1, ready, empty, qbar, part_o_ptr, part_ml_ptr,
-                                scale_log2, HB)),
+                                scale_log2, HB, kl, hl, s_l, o_l)),
         ], [WS_PRODUCER_WARPS, 4], [WS_PP_PRODUCER_REGS, WS_PP_CONSUMER_REGS])
         _launch_dependents()
         _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp) * n_heads, n_heads, h0, m_i,
