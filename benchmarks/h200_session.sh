@@ -360,7 +360,10 @@ for phase in "$@"; do
     # heads (HEADS overrides), T = 64, 8, 1, then both ws builds' timelines at the seed shape's T=64
     timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "wsp_matches" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_wsp_gpu_h200.log" 2>&1
-    echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wsp_gpu_h200.log"
+    rc=$?; echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_wsp_gpu_h200.log"
+    # A build that fails or hangs (rc 124: a barrier parity wrong) would only hang the timings too:
+    # the call ends here, its budget left for the next one.
+    [ "$rc" = 0 ] || { echo "wsp GPU tests rc=$rc: no timings"; tail -40 "$OUT/results/pytest_decode_wsp_gpu_h200.log"; exit 4; }
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
     timeout $(( $(left) - 90 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 --pair nvfp4_288+fp8_528 \
       --only "=wgmma 1 warpgroup, splits auto" --only "=warp-specialised, splits auto" \
