@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tuner tests on a GPU machine, one pytest process per file (or per part of the two largest)
+# The tuner tests on a GPU machine, one pytest process per file (test_logits.py in three parts)
 # in parallel: one after another they exceed a 10-minute device call, since on a GPU every
 # variant compiles. Logs and a summary go under $OUT (default /tmp/out).
 #   bash benchmarks/gpu_suite.sh            # on the H200 (the device tool's call)
@@ -26,9 +26,6 @@ for f in tests/tuner/test_*.py; do
     run logits_query "$f" -k "query" &
     run logits_reference "$f" -k "not query and (matches_reference or key_scaled)" &
     run logits_rest "$f" -k "not query and not matches_reference and not key_scaled" & ;;
-  test_decode)
-    run decode_wgmma "$f" -k "wgmma" &
-    run decode_rest "$f" -k "not wgmma" & ;;
   *) run "${base#test_}" "$f" & ;;
   esac
 done

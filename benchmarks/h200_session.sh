@@ -182,7 +182,7 @@ for phase in "$@"; do
     # on the CPU only: never run): their GPU tests first (bit for bit their base builds' outputs at two head groups
     # and more, three launches each, CUDA-graph replays; a hang in a spin-wait ends at the timeout), then both of
     # issue 28's pairs at 128 heads (HEADS), T = 64, 8, 1, beside the builds they share the tiles of
-    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "shared_tile" -p no:cacheprovider \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "shared_tile" -p no:cacheprovider \
       -rA >"$OUT/results/pytest_decode_shared_tiles_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_shared_tiles_gpu_h200.log"
     hargs=(); for h in ${HEADS:-128}; do hargs+=(--heads "$h"); done
@@ -205,7 +205,7 @@ for phase in "$@"; do
   ab-cluster)  # A/B in one call (a call of its own: the copy stays patched): the cluster build (MMA=wgmma_hmpvc)
     # with benchmarks/patches/$AB_PATCH, ptxas 13.5 carried in; 128 heads, both pairs, T = 64, 8, 1, beside the
     # split; then the cluster build's GPU test on the patched tree (bit for bit the split's; AB_K: pytest -k of other
-    # tests of test_decode.py to run there too, e.g. "cluster_build_matches or (heads_on_m_matches and hmpv)" for a
+    # tests of test_decode_wgmma.py to run there too, e.g. "cluster_build_matches or (heads_on_m_matches and hmpv)" for a
     # patch of the split itself). (Its first patch, the remote pfree arrival before the tile's loads, landed
     # 2026-12-06: results/cluster/README.md.)
     p13=$(ptxas13) || { echo "ab-cluster: no .ptxas/ptxas-*.gz carried in: not run"; continue; }
@@ -215,13 +215,13 @@ for phase in "$@"; do
       python3 benchmarks/bench_decode_hm.py --heads 128 --ts 64,8,1 --pair fp8_584+fp8_584 --pair nvfp4_288+fp8_528 \
       --only "=heads on M QK/PV split, splits auto, L2 prefetch" --only "2-CTA cluster" >"$OUT/ab_cluster.log" 2>&1
     env TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13 timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST \
-      tests/tuner/test_decode.py -p no:cacheprovider -rA -k "${AB_K:-cluster_build_matches}" \
+      tests/tuner/test_decode_wgmma.py -p no:cacheprovider -rA -k "${AB_K:-cluster_build_matches}" \
       >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
     ;;
   ab-decode)  # A/B in one call (a call of its own: the copy stays patched) of benchmarks/patches/$AB_PATCH, a patch of
     # the decode builds, with Triton's ptxas: the 128-head QK / PV split with and without its L2 prefetch, both pairs,
-    # T = 64, 8, 1; then the GPU tests of test_decode.py that AB_K picks (pytest -k) on the patched tree. AB_PAIRS
+    # T = 64, 8, 1; then the GPU tests of test_decode_wgmma.py that AB_K picks (pytest -k) on the patched tree. AB_PAIRS
     # and AB_BUILDS (labels, ';'-separated) narrow the A/B where device time is short; AB_HEADS (default 128) names
     # the head counts, e.g. AB_HEADS="16 128" AB_BUILDS="wgmma 1 warpgroup, splits auto;warp-specialised, splits auto".
     abp=${AB_PATCH:?ab-decode: name the patch (AB_PATCH=NAME.patch)}
@@ -235,7 +235,7 @@ for phase in "$@"; do
     ab_s=$(( ${AB_TEST_S:-0} > 0 ? $(left) - ${AB_TEST_S:-0} : $(left) * 3 / 5 ))
     env BASE_TGZ=/tmp/ab_base.tgz timeout $ab_s bash benchmarks/ab.sh \
       python3 benchmarks/bench_decode_hm.py --ts 64,8,1 "${aargs[@]}" >"$OUT/ab_decode.log" 2>&1
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -p no:cacheprovider -rA \
       -k "${AB_K:-heads_on_m_matches}" >"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_${abp%.patch}_gpu_h200.log"
     ;;
@@ -276,7 +276,7 @@ for phase in "$@"; do
     for px in ${CLUSTER_PTXAS:-ptxas13 triton}; do
       if [ $px = ptxas13 ]; then p13=$(ptxas13) || continue; px_env=(TRITON_PTXAS_PATH=$p13 KVTUNE_CACHE_DIR=/tmp/kvc13)
       else px_env=(-u TRITON_PTXAS_PATH KVTUNE_CACHE_DIR=/tmp/kvc); fi
-      env "${px_env[@]}" timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -p no:cacheprovider -rA \
+      env "${px_env[@]}" timeout $(( $(left) / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -p no:cacheprovider -rA \
         -k "cluster_build_matches" >"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log" 2>&1
       rc=$?
       echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_cluster_${px}_gpu_h200.log"
@@ -292,7 +292,7 @@ for phase in "$@"; do
   heads-on-m)  # the heads-on-M builds (MMA=wgmma_hm, wgmma_hmws, wgmma_hmpv): their GPU tests on four
     # pairs (~60 s a test with a cold cache), then both of issue 28's pairs timed at H = 64, 128 (HEADS overrides)
     # beside two warpgroups
-    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "heads_on_m_matches_reference" \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "heads_on_m_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_hm_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_hm_gpu_h200.log"
     hargs=(); for h in ${HEADS:-64 128}; do hargs+=(--heads "$h"); done
@@ -304,7 +304,7 @@ for phase in "$@"; do
   prefetch-tests)  # 2026-12-05's builds, compiled on the CPU only: GPU tests of the QK / PV split (wgmma_hmpv),
     # of every warp-specialised build with PREFETCH=1, and of ws / hmws without it (their slots now load a tile
     # further ahead): ~26 tests, on PYTEST_N workers
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py \
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py \
       -k "heads_on_m_matches_reference and (hmws or hmpv) or ws_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_prefetch_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_prefetch_gpu_h200.log"
@@ -346,7 +346,7 @@ for phase in "$@"; do
     ;;
   ws)  # the warp-specialised build (MMA=wgmma_ws): its GPU tests on every pair (the V4.1 pair's first run), then
     # its timings beside one and two warpgroups on both of issue 28's pairs (HEADS overrides: 16 64)
-    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "wgmma_ws_matches_reference" \
+    timeout $(( $(left) / 2 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wgmma_ws_matches_reference" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_ws_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_ws_gpu_h200.log"
     hargs=(); for h in ${HEADS:-16 64}; do hargs+=(--heads "$h"); done
@@ -358,7 +358,7 @@ for phase in "$@"; do
   wsp)  # the ping-pong warp-specialised build (MMA=wgmma_wsp, 2026-12-07: two consumer warpgroups taking the tiles in
     # turn): its GPU tests (the pairs it reads), its timings beside ws and one warpgroup on the V4.1 pair at 16 and 128
     # heads (HEADS overrides), T = 64, 8, 1, then both ws builds' timelines at the seed shape's T=64
-    timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py -k "wsp_matches" \
+    timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wsp_matches" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_wsp_gpu_h200.log" 2>&1
     rc=$?; echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_wsp_gpu_h200.log"
     # A build that fails or hangs (rc 124: a barrier parity wrong) would only hang the timings too:
@@ -382,7 +382,7 @@ for phase in "$@"; do
     done
     ;;
   merge-tests)  # the GPU tests of COMBINE=fused on the heads-on-N builds (the token's programs merging their partials)
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode.py tests/tuner/test_warmup.py \
+    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py tests/tuner/test_warmup.py \
       -p no:cacheprovider -rA -k "${MERGE_K:-merge_in_kernel or wgmma_decode_keys}" \
       >"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_merge_in_kernel_gpu_h200.log"
@@ -441,7 +441,7 @@ for phase in "$@"; do
     echo "pytest rc=$?" >>"$OUT/results/pytest_wgmma_gpu_h200.log"
     ;;
   decode-wgmma-tests)  # the decode tile's Gluon wgmma path on the GPU (T=1..64, every split count, every head count)
-    timeout $(( ${WGMMA_TESTS_S:-$(( $(left) - 5 ))} )) python3 -m pytest -q tests/tuner/test_decode.py -k "${WGMMA_K:-wgmma}" -p no:cacheprovider \
+    timeout $(( ${WGMMA_TESTS_S:-$(( $(left) - 5 ))} )) python3 -m pytest -q tests/tuner/test_decode_wgmma.py ${WGMMA_K:+-k "$WGMMA_K"} -p no:cacheprovider \
       >"$OUT/results/pytest_decode_wgmma_gpu_h200.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wgmma_gpu_h200.log"
     ;;

@@ -1,6 +1,6 @@
 """The 2-CTA cluster build of the QK / PV split (MMA=wgmma_hmpvc) on the CPU: where it is legal, its
 seed, its render, and the shared-memory offsets its inline PTX takes, held to where Triton's own
-allocator places the buffers. (Its GPU test: test_decode.py, `cluster_build_matches`.)"""
+allocator places the buffers. (Its GPU test: test_decode_wgmma.py, `cluster_build_matches`.)"""
 
 from __future__ import annotations
 
