@@ -57,8 +57,10 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # warpgroup leaves the tensor cores idle during each softmax: H100 timeline 2026-12-07, consumer 1.65
 # us a 1.78 us tile). Each writes a partial of its own, so a program writes two and decode_combine
 # always runs; a program takes two tiles at least (`wgmma_plan`). Its second P buffer (2 KiB) fits
-# beside the V4.1 pair's buffers, not the V4 pair's (`wgmma_wsp_reads`). CPU-compiled only so far
-# (2026-12-07; `h200_session.sh wsp` runs its GPU tests and timings): not seeded.
+# beside the V4.1 pair's buffers, not the V4 pair's (`wgmma_wsp_reads`). Correct and slower than
+# ws at every T on an H100 (2026-12-07: 16 heads T=64 18.89 against 17.30 us; the tile period
+# stays 1.77 us, both sides slowed by what they share: benchmarks/results/decode_wsp_h100.md):
+# not seeded, to be taken out of the space with its template code.
 WGMMA_WSP_MMAS: tuple[str, ...] = ("wgmma_wsp",)
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.tuner.static_sm90 import static_profile
-
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -85,22 +83,3 @@ def test_a_stacked_patch_applies_after_the_one_it_names(tmp_path: Path) -> None:
     assert _chain(tmp_path / "a.patch") == [tmp_path / "a.patch"]
     assert _chain(tmp_path / "c.patch") == [tmp_path / "a.patch", tmp_path / "b.patch", tmp_path / "c.patch"]
 
-
-WSP_SMEM_MERGE = ROOT / "benchmarks" / "patches" / "decode_wsp_smem_merge.patch"
-
-
-@pytest.mark.skipif(not WSP_SMEM_MERGE.exists(), reason="decode_wsp_smem_merge.patch has landed or gone")
-def test_wsp_smem_merge_patch_writes_one_partial_a_program(patched_tree: Callable[[Path], Path]) -> None:
-    # The ping-pong build's second consumer hands its state to the first through its own K buffer
-    # (free once its last MMAs are done) and the first merges it: half the global stores of the
-    # partials (144 -> 72 SASS: one partial a program, not two), 40 shared-memory loads and
-    # stores more, the same 128 registers at launch, no spills, one mbarrier (16 bytes) more; the
-    # ws build it shares the template with compiles to the same SASS.
-    fmt = "nvfp4_288,fp8_528"
-    was, now = static_profile(fmt, "MMA=wgmma_wsp"), static_profile(fmt, "MMA=wgmma_wsp", patched_tree(WSP_SMEM_MERGE))
-    assert now["registers"] == was["registers"] == 128 and now["spills"] == was["spills"] == 0, (now, was)
-    assert now["shared_bytes"] == was["shared_bytes"] + 16
-    assert now["ops"]["st.global"] * 2 == was["ops"]["st.global"], (now["ops"], was["ops"])
-    assert now["ops"]["st.shared"] == was["ops"]["st.shared"] + 40 and now["ops"]["ld.shared"] == was["ops"]["ld.shared"] + 40
-    ws, ws_now = static_profile(fmt, "MMA=wgmma_ws"), static_profile(fmt, "MMA=wgmma_ws", patched_tree(WSP_SMEM_MERGE))
-    assert (ws_now["sass"], ws_now["ops"]) == (ws["sass"], ws["ops"])
