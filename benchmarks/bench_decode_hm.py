@@ -69,9 +69,6 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               "heads on M QK/PV split, shared tiles, splits auto, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvs",
                                                                                             PREFETCH=1),
               "warp-specialised, shared tiles, splits auto": ws.replace(MMA="wgmma_wss"),
-              # Two consumer warpgroups taking the tiles in turn (the V4.1 pair).
-              "warp-specialised ping-pong, splits auto": ws.replace(MMA="wgmma_wsp"),
-              "warp-specialised ping-pong, splits auto, L2 prefetch": ws.replace(MMA="wgmma_wsp", PREFETCH=1),
               # Two 64-head groups a 2-CTA cluster, each CTA converting half of every tile for both.
               "heads on M QK/PV split, 2-CTA cluster, splits auto, L2 prefetch": hmpv.replace(MMA="wgmma_hmpvc",
                                                                                               PREFETCH=1),

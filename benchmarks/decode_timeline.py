@@ -51,8 +51,7 @@ TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* co
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
 DEFAULT_RUNS: tuple[tuple[str, int, int], ...] = (("wgmma", 16, 1), ("wgmma", 16, 64), ("wgmma_ws", 16, 64),
                                                   ("wgmma_hm", 128, 64), ("wgmma_hmws", 128, 64),
-                                                  ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64),
-                                                  ("wgmma_wsp", 16, 64))
+                                                  ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64))
 
 
 def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) -> dict[str, Any]:
@@ -309,7 +308,7 @@ def main() -> int:
     rows = []
     for pair in pairs:
         for build, heads, t in runs:
-            if _refused(pair, build, heads):  # (the ping-pong build: the V4.1 pair alone)
+            if _refused(pair, build, heads):  # (a build whose buffers the pair does not fit)
                 continue
             for prefetch in ((0, 1) if build in WGMMA_PREFETCH_MMAS else (0,)):
                 for resident in ((False, True) if args.resident else (False,)):

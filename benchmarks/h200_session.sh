@@ -11,7 +11,6 @@
 #   bash benchmarks/h200_session.sh combine-sweep    # decode_combine alone, by (T, heads, partials) and tile
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
-#   bash benchmarks/h200_session.sh wsp              # its ping-pong form (MMA=wgmma_wsp): GPU tests, timings, timelines
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
@@ -79,7 +78,7 @@ apply_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|ab-logits|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|wsp|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|ab-logits|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -172,7 +171,7 @@ for phase in "$@"; do
         --pick "MMA=wgmma" --pick "MMA=wgmma,num_warps=8" --pick "MMA=wgmma,num_warps=8,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hm" --pick "MMA=wgmma_hm,NUM_SPLITS=2" --pick "MMA=wgmma_ws" --pick "MMA=wgmma_ws,NUM_SPLITS=1" \
         --pick "MMA=wgmma_hmws" --pick "MMA=wgmma_hmpv" --pick "MMA=wgmma_ws,PREFETCH=1" \
-        --pick "MMA=wgmma_hmws,PREFETCH=1" --pick "MMA=wgmma_hmpv,PREFETCH=1" --pick "MMA=wgmma_wsp" \
+        --pick "MMA=wgmma_hmws,PREFETCH=1" --pick "MMA=wgmma_hmpv,PREFETCH=1" \
         --pick "PREFETCH=1" --pick "LISTS=apart,PREFETCH=1" --pick "BLOCK_N=64,PREFETCH=1" --pick "num_warps=4,PREFETCH=1" \
         --name "decode_heads_h$h" --out "$OUT/results" >"$OUT/heads_h$h.log" 2>&1
       echo "bench_decode H=$h rc=$?" >>"$OUT/heads_h$h.log"
@@ -354,25 +353,6 @@ for phase in "$@"; do
       --pair fp8_584+fp8_584 --only "1 warpgroup, splits auto" --only "2 warpgroups, splits auto" \
       --only "warp-specialised, splits auto" --out "$OUT/results" >"$OUT/bench_decode_ws.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_ws.log"
-    ;;
-  wsp)  # the ping-pong warp-specialised build (MMA=wgmma_wsp, 2026-12-07: two consumer warpgroups taking the tiles in
-    # turn): its GPU tests (the pairs it reads), its timings beside ws and one warpgroup on the V4.1 pair at 16 and 128
-    # heads (HEADS overrides), T = 64, 8, 1, then both ws builds' timelines at the seed shape's T=64
-    timeout $(( $(left) * 2 / 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wsp_matches" \
-      -p no:cacheprovider -rA >"$OUT/results/pytest_decode_wsp_gpu_h200.log" 2>&1
-    rc=$?; echo "pytest rc=$rc" >>"$OUT/results/pytest_decode_wsp_gpu_h200.log"
-    # A build that fails or hangs (rc 124: a barrier parity wrong) would only hang the timings too:
-    # the call ends here, its budget left for the next one.
-    [ "$rc" = 0 ] || { echo "wsp GPU tests rc=$rc: no timings"; tail -40 "$OUT/results/pytest_decode_wsp_gpu_h200.log"; exit 4; }
-    hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
-    timeout $(( $(left) - 90 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --ts 64,8,1 --pair nvfp4_288+fp8_528 \
-      --only "=wgmma 1 warpgroup, splits auto" --only "=warp-specialised, splits auto" \
-      --only "=warp-specialised ping-pong, splits auto" --only "=warp-specialised ping-pong, splits auto, L2 prefetch" \
-      --out "$OUT/results" >"$OUT/bench_decode_wsp.log" 2>&1
-    echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_wsp.log"
-    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair nvfp4_288+fp8_528 --build wgmma_wsp \
-      --build wgmma_ws --heads 16 --t 64 --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
-    echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
     for h in ${HEADS:-32 64}; do

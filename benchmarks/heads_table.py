@@ -64,7 +64,7 @@ BUILDS: dict[tuple[str, int], str] = {
     ("wgmma", 4): "1 warpgroup", ("wgmma", 8): "2 warpgroups", ("wgmma_hm", 8): "heads on M",
     ("wgmma_ws", 4): "warp-specialised", ("wgmma_hmws", 8): "heads on M, warp-specialised",
     ("wgmma_hmpv", 4): "heads on M, QK/PV split", ("wgmma_hmpvs", 4): "heads on M, QK/PV split, shared tiles",
-    ("wgmma_wss", 4): "warp-specialised, shared tiles", ("wgmma_wsp", 4): "warp-specialised ping-pong"}
+    ("wgmma_wss", 4): "warp-specialised, shared tiles"}
 TABLE_BUILDS = list(BUILDS.items())[:6]
 
 

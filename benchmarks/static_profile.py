@@ -57,9 +57,9 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
                                                 share=cfg["MMA"] == "wgmma_hmpvs"))]
         if cfg["MMA"] == "wgmma_hmpvc":  # the QK / PV split as a 2-CTA cluster (num_ctas=2)
             return [(text, D.xcompile.cluster_case(*fmts, split=True, prefetch=bool(cfg["PREFETCH"])))]
-        if cfg["MMA"] in ("wgmma_ws", "wgmma_wss", "wgmma_wsp"):  # warp-specialised: 16 heads, producer warps beside
+        if cfg["MMA"] in ("wgmma_ws", "wgmma_wss"):  # warp-specialised: 16 heads, producer warps beside
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"]),
-                                                share=cfg["MMA"] == "wgmma_wss", pp=cfg["MMA"] == "wgmma_wsp"))]
+                                                share=cfg["MMA"] == "wgmma_wss"))]
         if cfg["MMA"] == "wgmma":  # the Gluon kernel (its split build: partials, as most launches)
             # One warpgroup unless the text asks for num_warps=8 (two, at their 32 heads).
             warps = int(cfg["num_warps"]) if "num_warps" in text else D.WGMMA_WARPS

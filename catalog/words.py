@@ -32,7 +32,6 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
                           "wgmma": "sm_90 warpgroup-MMA kernel (Gluon)",
                           "wgmma_hm": "sm_90 warpgroup-MMA kernel, 64 heads on the MMA's M side",
                           "wgmma_ws": "sm_90 warpgroup-MMA kernel, warp-specialised (producer warps dequantize)",
-                          "wgmma_wsp": "sm_90 warpgroup-MMA kernel, warp-specialised, two consumer warpgroups in turn",
                           "wgmma_hmws": "sm_90 warpgroup-MMA kernel, 64 heads on M, warp-specialised",
                           "wgmma_hmpv": "sm_90 warpgroup-MMA kernel, 64 heads on M, warp-specialised, "
                                         "QK and PV warpgroups",

@@ -52,16 +52,10 @@ WGMMA_FIXED: dict[str, Any] = {"BLOCK_N": WGMMA_BLOCK_N, "DOT": "bf16", "LISTS":
 # few tiles it wins: H200, 16 heads T=64, V4.1 pair 18.6 us against 21.1, fp8_584 pair 20.2 against
 # 22.5 (benchmarks/results/decode_ws_pairs_h200.md). Its producer: the template's WS_PRODUCER_*.
 WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-specialised region
-# Its ping-pong form (MMA=wgmma_wsp, the same kernel with PP): two consumer warpgroups take a
-# program's tiles in turn, each K buffer its own, so one's softmax runs under the other's MMAs (one
-# warpgroup leaves the tensor cores idle during each softmax: H100 timeline 2026-12-07, consumer 1.65
-# us a 1.78 us tile). Each writes a partial of its own, so a program writes two and decode_combine
-# always runs; a program takes two tiles at least (`wgmma_plan`). Its second P buffer (2 KiB) fits
-# beside the V4.1 pair's buffers, not the V4 pair's (`wgmma_wsp_reads`). Correct and slower than
-# ws at every T on an H100 (2026-12-07: 16 heads T=64 18.89 against 17.30 us; the tile period
-# stays 1.77 us, both sides slowed by what they share: benchmarks/results/decode_wsp_h100.md):
-# not seeded, to be taken out of the space with its template code.
-WGMMA_WSP_MMAS: tuple[str, ...] = ("wgmma_wsp",)
+# Its ping-pong form (two consumer warpgroups taking a program's tiles in turn, each K buffer its
+# own) was correct and slower at every T on an H100 (2026-12-07: 16 heads T=64 18.89 against 17.30
+# us; the tile period stayed 1.77 us, both sides slowed by what they share:
+# benchmarks/results/decode_wsp_h100.md) and is gone (`git show 6b41688`).
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
 # layout of the work: "wgmma_hm"'s two warpgroups (64 heads on M) consume two bf16 K tiles that a
@@ -107,7 +101,7 @@ WGMMA_CLUSTER_OFFSETS: dict[str, dict[str, int]] = {
 # On the H200 (2026-12-05) 3-7% faster at T = 64, 0-1 us slower at T <= 8: searched (the QK / PV
 # split's seed takes it).
 WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
-                                        "wgmma_hmpvc", "wgmma_wsp")
+                                        "wgmma_hmpvc")
 
 # The builds whose programs can merge a token's partials themselves (COMBINE=fused: the template's
 # _merge_slices, each program a slice of D, where the launch's grid fits the SMs) instead of by
@@ -117,16 +111,16 @@ WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
 # buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" / "wgmma_wss"
-# (WGMMA_SHARE_MMAS), "wgmma_hmpvc" (WGMMA_CLUSTER_MMAS) and "wgmma_wsp" (WGMMA_WSP_MMAS). One template
+# (WGMMA_SHARE_MMAS) and "wgmma_hmpvc" (WGMMA_CLUSTER_MMAS). One template
 # renders their five kernels (the cluster build's from its own render).
 WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
-                               "wgmma_hmpvc", "wgmma_wsp")
+                               "wgmma_hmpvc")
 # The builds with 64 heads a program on the MMAs' M.
 WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_hmpvc")
 # Each build's warps (the consumer's, or the QK warpgroup's); "wgmma" keeps its own 4 or 8.
 WGMMA_BUILD_WARPS: dict[str, int] = {"wgmma_hm": WGMMA_HM_WARPS, "wgmma_ws": WGMMA_WS_WARPS, "wgmma_hmws": WGMMA_HMWS_WARPS,
                                      "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS, "wgmma_wss": WGMMA_WS_WARPS,
-                                     "wgmma_hmpvc": WGMMA_HMPV_WARPS, "wgmma_wsp": WGMMA_WS_WARPS}
+                                     "wgmma_hmpvc": WGMMA_HMPV_WARPS}
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -160,9 +154,6 @@ def wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
         return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
     if c["MMA"] == "wgmma_wss" and heads <= WGMMA_HEADS:
         return f"tiles are shared between head groups of {WGMMA_HEADS}: more than {WGMMA_HEADS} heads, not {heads}"
-    if c["MMA"] in WGMMA_WSP_MMAS and not wgmma_wsp_reads(comp_fmt, win_fmt):
-        return (f"the ping-pong warp-specialised build's buffers for {get_format(comp_fmt).name} + "
-                f"{get_format(win_fmt).name} exceed sm_90's shared memory")
     if c["MMA"] in ("wgmma_ws", "wgmma_wss") and not wgmma_ws_reads(comp_fmt, win_fmt):
         return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                 f"{get_format(win_fmt).name} exceed sm_90's shared memory")
@@ -273,20 +264,6 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
     the V4 pair: 231488)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
     return wgmma_reads(c, w) and wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
-
-
-def wgmma_wsp_shared_bytes(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> int:
-    """Shared memory of a ping-pong warp-specialised program: `wgmma_ws_shared_bytes`' with the
-    second consumer's P^T, the query's mbarrier and the third partition's state (the compiler's
-    count, 2026-12-07: 2320 bytes more than MMA=wgmma_ws's, 228152 for nvfp4_288 + fp8_528)."""
-    return wgmma_ws_shared_bytes(comp_fmt, win_fmt) + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 272
-
-
-def wgmma_wsp_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) -> bool:
-    """Whether the ping-pong warp-specialised build reads this pair (the V4.1 pair, either order;
-    not the V4 pair, 234296 bytes)."""
-    c, w = get_format(comp_fmt), get_format(win_fmt)
-    return wgmma_reads(c, w) and wgmma_wsp_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
 
 
 def wgmma_hmws_shared_bytes() -> int:

@@ -161,12 +161,6 @@ def test_wgmma_plan_covers_every_tile_once() -> None:
     assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 40, 20, dev) == (2, 1)  # AUTO, 4 "SMs": at most the tiles
     # AUTO counts every head group's programs against the SMs: 4 "SMs", 2 groups -> 2 shares a group.
     assert wgmma_plan(_wgmma("nvfp4_288", "fp8_528"), 1, 512, 128, dev, head_groups=2) == (2, 5)
-    # The ping-pong build: two tiles a program at least (one a consumer warpgroup), and its two
-    # partials a program within MAX_SPLITS (top-k 2048: 34 tiles, 16 programs of three).
-    wsp = _wgmma("nvfp4_288", "fp8_528").replace(MMA="wgmma_wsp")
-    for splits, want in ((1, (1, 10)), (4, (4, 3)), (8, (5, 2)), (32, (5, 2)), (0, (4, 3))):
-        assert wgmma_plan(wsp.replace(NUM_SPLITS=splits), 1, 512, 128, dev) == want
-    assert wgmma_plan(wsp.replace(NUM_SPLITS=32), 1, 2048, 128, dev) == (12, 3)
 
 
 def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,8 +181,6 @@ def test_wgmma_merge_in_kernel_only_where_the_grid_is_resident(monkeypatch: pyte
         assert cfg["COMBINE"] == "fused" and space("nvfp4_288", "fp8_528").infeasible(cfg) is None
     hm = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_hmpv", COMBINE="fused"))
     assert hm["COMBINE"] == "kernel"
-    # The ping-pong build's programs write two partials each: decode_combine merges them, always.
-    assert wgmma_config(default_config("nvfp4_288", "fp8_528").replace(MMA="wgmma_wsp", COMBINE="fused"))["COMBINE"] == "kernel"
 
 
 def test_wgmma_heads_a_program_by_warps_and_shared_memory() -> None:
@@ -233,7 +225,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
     assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
                                                                           "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
-                                                                          "wgmma_hmpvc", "wgmma_wsp"}
+                                                                          "wgmma_hmpvc"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -459,8 +451,8 @@ def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str
     # test_wgmma_hmpv_build_fits_sm90). PREFETCH is an axis of these builds alone (the
     # wgmma path fixes it at 0 elsewhere); seeded past 32 heads on the QK / PV split alone.
     from catalog.families.decode import SPEC, decode_key
-    from catalog.families.decode_wgmma import (WGMMA_MMAS, WGMMA_PREFETCH_MMAS, WGMMA_WSP_MMAS, wgmma_hmpv_shared_bytes,
-                                               wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes, wgmma_wsp_reads)
+    from catalog.families.decode_wgmma import (WGMMA_MMAS, WGMMA_PREFETCH_MMAS, wgmma_hmpv_shared_bytes,
+                                               wgmma_hmws_shared_bytes, wgmma_ws_shared_bytes)
 
     predicted = {"wgmma_hmws": wgmma_hmws_shared_bytes(), "wgmma_hmpv": wgmma_hmpv_shared_bytes(),
                  "wgmma_ws": wgmma_ws_shared_bytes(*pair)}[mma]
@@ -469,8 +461,6 @@ def test_wgmma_producer_prefetches_records_into_l2_with_prefetch(pair: tuple[str
     assert int(got["prefetch"]) >= 8, got
     sp = space(*pair, 128)
     for m in WGMMA_MMAS:
-        if m in WGMMA_WSP_MMAS and not wgmma_wsp_reads(*pair):  # its second P: not beside the V4 pair's buffers
-            continue
         cfg = wgmma_config(default_config(*pair).replace(MMA=m, PREFETCH=1))
         assert cfg["PREFETCH"] == (1 if m in WGMMA_PREFETCH_MMAS else 0) and sp.infeasible(cfg) is None, m
         assert sp.infeasible(cfg.replace(PREFETCH=1 - cfg["PREFETCH"])) == (
@@ -545,24 +535,6 @@ def test_wgmma_heads_on_m_unsplit_build_compiles_for_sm90() -> None:
     assert stats["spills"] == 0 and stats["registers"] <= 255, stats
 
 
-def test_wgmma_wsp_build_fits_sm90_reads_v41_pair_only_and_does_not_spill() -> None:
-    # The ping-pong warp-specialised build (MMA=wgmma_wsp), compiled on the CPU for sm_90: 16 warps
-    # of 128 registers at launch (8 producer warps at 112, two consumer warpgroups at 144), no
-    # spills, shared memory as `wgmma_wsp_shared_bytes` predicts it; one consumer loop a list a
-    # warpgroup (four), each a tile's 64 wgmmas and two waits (its S, its PV: not serialized).
-    # Its second P does not fit beside the V4 pair's buffers: the space refuses that pair.
-    from catalog.families.decode_wgmma import wgmma_fits, wgmma_wsp_shared_bytes
-
-    pair = ("nvfp4_288", "fp8_528")
-    got = _sm90_static_profile(pair, "MMA=wgmma_wsp", wgmma_wsp_shared_bytes(*pair))
-    assert int(got["registers"]) == 128, got
-    mma = [r for r in got["loops"] if r["role"] == "mma"]  # type: ignore[union-attr, index]
-    assert len(mma) >= 4 and all(int(r["wgmma"]) == 64 and int(r["wgmma wait"]) == 2 for r in mma[:4]), got
-    wsp = wgmma_config(default_config("fp8_584", "fp8_584").replace(MMA="wgmma_wsp"))
-    assert "shared memory" in (wgmma_fits(wsp, "fp8_584", "fp8_584", 16) or "")
-    assert wgmma_fits(wgmma_config(default_config(*pair).replace(MMA="wgmma_wsp")), *pair, 16) is None
-
-
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
@@ -605,29 +577,6 @@ def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str], prefetch: int
         for splits in (0, 1, 2):
             poison(inp)
             assert verify_decode(comp, win, inp, run_decode(comp, win, ws.replace(NUM_SPLITS=splits), inp)) is None, page
-
-
-@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
-@pytest.mark.parametrize("prefetch", [0, 1], ids=["", "prefetch"])
-@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_528", "nvfp4_288"), ("nvfp4_288", "nvfp4_288")],
-                         ids=lambda p: "+".join(p))
-def test_wgmma_wsp_matches_reference_on_sm90(pair: tuple[str, str], prefetch: int) -> None:
-    """The ping-pong warp-specialised build (MMA=wgmma_wsp: two consumer warpgroups taking a
-    program's tiles in turn, two partials a program) at 16, 24 and 64 heads, T = 1, 8, 64, every
-    split count it takes (programs of two tiles to all of a token's: an odd count leaves the second
-    warpgroup a tile fewer), with and without sink, a token whose lists are all -1, ragged -1
-    slots; then three tiles a token (lists of 100 and 20: at two splits the second program's
-    second warpgroup has no tile, its partial empty) with pages of 16 and 8. Outputs poisoned
-    before each run, checked against the float64 reference."""
-    comp, win = pair
-    wsp = wgmma_config(default_config(comp, win).replace(MMA="wgmma_wsp", PREFETCH=prefetch))
-    _check_seed_lists_on_gpu(comp, win, wsp, splits=(0, 1, 4, 16))
-    inp = make_decode_inputs(comp, win, 3, 12, 100, 20, "cuda", 7, page_size=16, win_page_size=8)
-    inp["topk_idx"][1] = -1
-    inp["window_idx"][1] = -1
-    for splits in (0, 1, 2):
-        poison(inp)
-        assert verify_decode(comp, win, inp, run_decode(comp, win, wsp.replace(NUM_SPLITS=splits), inp)) is None
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

@@ -1343,97 +1343,6 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     return m_i, l_r, o0, o1, o2, o3
 
 
-# PP (ping-pong): two consumer warpgroups take a program's tiles in turn, each its own K buffer (a
-# tile's running number i: buffer i & 1, warpgroup i & 1), so one's softmax runs while the other's
-# MMAs do: one warpgroup's tile is MMAs, then a softmax that waits on them, then MMAs again, and the
-# tensor cores sit idle during each softmax. Each warpgroup keeps its own running max, sums and O
-# and writes them as a partial of its own (2 a program, merged by decode_combine with the split's);
-# the second's registers come from the producer's (16 warps: 65536 / 512 = 128 a thread at launch).
-WS_PP_PRODUCER_REGS = gl.constexpr(112)
-WS_PP_CONSUMER_REGS = gl.constexpr(144)
-
-
-@gluon.jit
-def _ws_consume_pp(idx_row, n_keys, t0, t1, i0, WG: gl.constexpr, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r,
-                   o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr,
-                   o_l: gl.constexpr):
-    # This warpgroup's tiles of one list: those of running number i = i0 + t - t0 with i & 1 == WG,
-    # all in K buffer WG. Its MMAs are waited for within the tile: the producer refills the same
-    # buffer next, once the empty barrier says its PV MMAs are done.
-    lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    ts = t0 + ((WG - i0) & 1)
-    slot = _slots(idx_row, lim, ts * BLOCK_N, kl)
-    for t in range(ts, t1, 2):
-        i = i0 + t - t0
-        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(WG), (i >> 1) & 1)
-        kz = (t >> 31) + WG
-        s = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l),))
-        m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
-                                               o3, scale_log2, K_UNIT, o_l)
-        o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
-        gl.thread_barrier()
-        mbarrier.arrive(empty.index(WG))
-        slot = slot_n
-    return m_i, l_r, o0, o1, o2, o3
-
-
-@gluon.jit
-def _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
-                    kv_smem, q_smem, p_smem, ready, empty, qbar, scale_log2, WG: gl.constexpr, HB: gl.constexpr,
-                    kl: gl.constexpr, hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
-    # Warpgroup WG of the two consumers: the first loads the query into shared memory and tells the
-    # second by qbar.
-    if WG == 0:
-        q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
-        qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
-        qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
-        q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
-        q_mask = (qh < n_heads)[:, None]
-        qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
-        qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
-        qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
-        qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
-
-        q_smem.index(0).store(_group_order(qv0, CHUNK))
-        q_smem.index(1).store(_group_order(qv1, CHUNK))
-        q_smem.index(2).store(_group_order(qv2, CHUNK))
-        q_smem.index(3).store(_group_order(qv3, CHUNK))
-
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(qbar)
-    else:
-        mbarrier.wait(qbar, 0)
-    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
-    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
-    o0 = gl.zeros([CHUNK, HB], gl.float32, o_l)
-    o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
-    o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
-    o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
-    m_i, l_r, o0, o1, o2, o3 = _ws_consume_pp(topk_row, topk, c0, c1, 0, WG, kv_smem, q_smem, p_smem, ready, empty,
-                                              m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                              2.0 ** E4M3_SHIFT, kl, s_l, o_l)
-    m_i, l_r, o0, o1, o2, o3 = _ws_consume_pp(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), WG, kv_smem, q_smem,
-                                              p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                              2.0 ** E4M3_SHIFT, kl, s_l, o_l)
-    return m_i, l_r, o0, o1, o2, o3
-
-
-@gluon.jit
-def _ws_consumer_pp1(q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
-                     w1, kv_smem, q_smem, p_smem, ready, empty, qbar, part_o_ptr, part_ml_ptr, scale_log2,
-                     HB: gl.constexpr, kl: gl.constexpr, hl: gl.constexpr, s_l: gl.constexpr,
-                     o_l: gl.constexpr):
-    # The second consumer warpgroup (a worker partition: it returns nothing), its partial written
-    # here, beside the first's (the kernel's epilogue).
-    m_i, l_r, o0, o1, o2, o3 = _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk,
-                                               window, c0, c1, w0, w1, kv_smem, q_smem, p_smem, ready, empty, qbar,
-                                               scale_log2, 1, HB, kl, hl, s_l, o_l)
-    _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp + 1) * n_heads, n_heads, h0, m_i,
-                   l_r, o0, o1, o2, o3, HB, hl, o_l)
-
-
 @gluon.jit
 def decode_wgmma_ws_kernel(
     q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr, merge_cnt_ptr,
@@ -1441,17 +1350,14 @@ def decode_wgmma_ws_kernel(
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2, share_ws, share_cnt, share_rdy,
     HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr, MERGE: gl.constexpr,
     MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr, PREFETCH: gl.constexpr, SHARE: gl.constexpr,
-    num_warps: gl.constexpr, PP: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     # decode_wgmma_kernel's arguments and results; num_warps = 4 (the consumer warpgroup; the
     # producer's WS_PRODUCER_WARPS come with the warp-specialised region), HB = 16; PREFETCH: the
     # producer prefetches the records two tiles ahead into L2 (_ws_produce_comp). SHARE (MMA=wgmma_wss,
     # more than one head group): the groups share each tile's conversion as decode_wgmma_hmpv_kernel's.
-    # PP: two consumer warpgroups in turn (_ws_consumer_pp); each program then writes two partials
-    # (SPLIT always, decode_combine merging them), and MERGE is not taken.
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
-    gl.static_assert(not PP or (SPLIT and not MERGE))
     s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
     o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
     kl: gl.constexpr = gl.SliceLayout(1, s_l)
@@ -1491,73 +1397,52 @@ def decode_wgmma_ws_kernel(
     for b in gl.static_range(2):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
-    if PP:
-        qbar = gl.allocate_shared_memory(gl.int64, [1], _lay(mbarrier.MBarrierLayout()))
-        mbarrier.init(qbar, count=1)
-        p_smem1 = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     fence_async_shared()
     gl.thread_barrier()
 
-    if PP:
-        m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
-            (_ws_consumer_pp, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
-                               w0, w1, kv_smem, q_smem, p_smem, ready, empty, qbar, scale_log2, 0, HB, kl, hl, s_l,
-                               o_l)),
-            (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+    m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
+        (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
+                        w0, w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
+        (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                             comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
                             ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
                             gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
-            (_ws_consumer_pp1, (q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0,
-                                c1, w0, w1, kv_smem, q_smem, p_smem1, ready, empty, qbar, part_o_ptr, part_ml_ptr,
-                                scale_log2, HB, kl, hl, s_l, o_l)),
-        ], [WS_PRODUCER_WARPS, 4], [WS_PP_PRODUCER_REGS, WS_PP_CONSUMER_REGS])
+    ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
+    if SPLIT and not MERGE:
         _launch_dependents()
-        _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp) * n_heads, n_heads, h0, m_i,
-                       l_r, o0, o1, o2, o3, HB, hl, o_l)
+    if SPLIT:
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            flag = _merge_flag(cnt)
+        _store_partial(part_o_ptr, part_ml_ptr, (t64 * gl.num_programs(1) + sp) * n_heads, n_heads, h0, m_i, l_r, o0,
+                       o1, o2, o3, HB, hl, o_l)
+        if MERGE:
+            _merge_barrier(cnt, flag, gl.num_programs(1))
+            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
+                          HB, MERGE_S, HAS_SINK)
     else:
-        m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
-            (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
-                            w0, w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
-            (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                            comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
-                            ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
-                            gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
-        ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
-        if SPLIT and not MERGE:
-            _launch_dependents()
-        if SPLIT:
-            if MERGE:
-                cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
-                flag = _merge_flag(cnt)
-            _store_partial(part_o_ptr, part_ml_ptr, (t64 * gl.num_programs(1) + sp) * n_heads, n_heads, h0, m_i, l_r, o0,
-                           o1, o2, o3, HB, hl, o_l)
-            if MERGE:
-                _merge_barrier(cnt, flag, gl.num_programs(1))
-                _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
-                              HB, MERGE_S, HAS_SINK)
-        else:
-            l_i = gl.sum(l_r, axis=0)
-            # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
-            od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
-            oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
-            ohm = (oh < n_heads)[None, :]
-            h = h0 + gl.arange(0, HB, layout=hl)
-            hmask = h < n_heads
-            # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
-            has = l_i > 0
-            m_use = gl.where(has, m_i, 0.0)
-            den = l_i
-            if HAS_SINK:
-                den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
-            inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
-            lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
-            gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
-            inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
-            base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
-            gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
-            gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
-            gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
-            gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+        l_i = gl.sum(l_r, axis=0)
+        # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
+        od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
+        oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
+        ohm = (oh < n_heads)[None, :]
+        h = h0 + gl.arange(0, HB, layout=hl)
+        hmask = h < n_heads
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
 # (64 heads on M) as the consumer, beside a producer warpgroup that reads each tile's records
 # straight from global memory into registers, as FlashMLA's sm90 sparse decode does (two bf16 K

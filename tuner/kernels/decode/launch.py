@@ -20,7 +20,7 @@ from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEAD
                                      has_e2m1, render_variant, render_wgmma, space)
 from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_MMAS, WGMMA_HM_HEADS,
                                            WGMMA_HM_MMAS, WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
-                                           WGMMA_MERGE_MMAS, WGMMA_SHARE_MMAS, WGMMA_WSP_MMAS, is_wgmma, wgmma_heads,
+                                           WGMMA_MERGE_MMAS, WGMMA_SHARE_MMAS, is_wgmma, wgmma_heads,
                                            wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
@@ -136,10 +136,6 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     if s == AUTO:
         s = max(1, sm_count(device) // max(1, n_tokens * head_groups))
     per = triton.cdiv(tiles, max(1, min(s, tiles)))
-    if cfg["MMA"] in WGMMA_WSP_MMAS:
-        # Two tiles a program at least (one per consumer warpgroup), and two partials a program
-        # within MAX_SPLITS.
-        per = max(per, 2, triton.cdiv(tiles, MAX_SPLITS // 2))
     return triton.cdiv(tiles, per), per
 
 
@@ -422,16 +418,12 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
-    # The ping-pong build's programs write a partial a consumer warpgroup (program sp: 2 sp, 2 sp + 1).
-    pp = cfg["MMA"] in WGMMA_WSP_MMAS
-    n_part = 2 * parts if pp else parts
-    part_o, part_ml = _partials(workspace, n_tok, heads, n_part, q.device)
+    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
     mod = cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
     # The builds that run another build's kernel (shared tiles, the 2-CTA cluster's render of it).
-    name = {"wgmma_hmpvs": "wgmma_hmpv", "wgmma_wss": "wgmma_ws", "wgmma_hmpvc": "wgmma_hmpv",
-            "wgmma_wsp": "wgmma_ws"}.get(cfg["MMA"], cfg["MMA"])
+    name = {"wgmma_hmpvs": "wgmma_hmpv", "wgmma_wss": "wgmma_ws", "wgmma_hmpvc": "wgmma_hmpv"}.get(cfg["MMA"], cfg["MMA"])
     kernel = getattr(mod, f"decode_{name}_kernel")
     # The kernels that take SHARE (and its buffers): the QK / PV split's and the warp-specialised one's
     # (by name: a trace build's wrapped kernels are not the module's objects).
@@ -441,7 +433,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
     grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
     takes_merge = name in WGMMA_MERGE_MMAS
-    merge = takes_merge and not pp and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
+    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
     merge_cnt = merge_counters(n_tok * groups, q.device) if merge else topk_idx  # any int32 keeps the signature
     args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
             *((merge_cnt,) if takes_merge else ()),
@@ -449,22 +441,21 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
             q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
             *((ws, cnt, rdy) if takes_share else ()))
     kw: dict[str, Any] = dict(
-        HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=n_part > 1,
+        HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
         **({"MERGE": merge, "MERGE_S": triton.next_power_of_2(parts) if merge else 1} if takes_merge else {}),
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
         **({"SHARE": share} if takes_share else {}),
         **({"num_ctas": WGMMA_CLUSTER_CTAS} if cluster else {}),
-        **({"PP": pp} if name == "wgmma_ws" else {}),
     )
     if cluster:
         check_once(kernel, grid, args, kw, mod.PEER_OFFSETS)
     kernel[grid](*args, **kw)
-    if n_part > 1 and not merge:
+    if parts > 1 and not merge:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
         # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it
         # after its key loop (sm_90 has PDL).
-        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, n_part,
+        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
                        attn_sink is not None, pdl=True)
 
 

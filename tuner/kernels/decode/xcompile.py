@@ -80,9 +80,6 @@ def xcompile_cases() -> list[XCompileCase]:
     cases.append(wgmma_case(cf, wf, split=True, build="ws"))  # two formats: one region of stage rows
     cases.append(wgmma_case(cf, wf, split=True, build="ws", prefetch=True))  # its L2 prefetch (PREFETCH=1)
     cases.append(wgmma_case(cf, wf, split=True, build="ws", merge=True))
-    # Its ping-pong form (MMA=wgmma_wsp: two consumer warpgroups in turn), the V4.1 pair (the V4
-    # pair's buffers leave no room for its second P).
-    cases.append(wgmma_case(cf, wf, split=True, build="ws", pp=True))
     # The heads-on-M warp-specialised build (MMA=wgmma_hmws: a producer warpgroup beside the
     # heads-on-M consumer), both pairs.
     cases.append(wgmma_case(f584, f584, split=True, heads=WGMMA_HM_HEADS, warps=WGMMA_HM_WARPS, heads_on_m=True,
@@ -125,15 +122,14 @@ def combine_case(cf: RecordFormat, wf: RecordFormat, pdl: bool) -> XCompileCase:
 
 def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGMMA_HEADS, warps: int = 4,
                heads_on_m: bool = False, build: str = "", prefetch: bool = False, trace: bool = False,
-               share: bool = False, merge: bool = False, pp: bool = False) -> XCompileCase:
+               share: bool = False, merge: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
     heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
     `heads_on_m` the one whose consumer splits into a QK and a PV warpgroup (64 heads, 4 warps);
     `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead;
     `trace`: the template's trace build (benchmarks/decode_timeline.py), with its last argument;
-    `merge` (heads on N, split): the token's programs merging their 16 partials themselves (MERGE);
-    `pp` (`build="ws"`, heads on N): two consumer warpgroups in turn (MMA=wgmma_wsp)."""
+    `merge` (heads on N, split): the token's programs merging their 16 partials themselves (MERGE)."""
     rendered = render_wgmma(cf, wf, trace=trace)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
             (True, "pv"): "decode_wgmma_hmpv_kernel",
@@ -145,13 +141,12 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
                     **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {}),
-                    **({} if heads_on_m else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1}),
-                    **({"PP": pp} if build == "ws" and not heads_on_m else {})},
+                    **({} if heads_on_m else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
-        + (" warp-specialised QK/PV" if build == "pv" else "") + (" ping-pong" if pp else "")
+        + (" warp-specialised QK/PV" if build == "pv" else "")
         + (" prefetch" if prefetch else "")
         + (" merged in kernel" if merge else "")
         + (" shared tiles" if share else "")
