@@ -538,25 +538,6 @@ def test_wgmma_heads_on_m_unsplit_build_compiles_for_sm90() -> None:
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-def _check_seed_lists_on_gpu(comp: str, win: str, cfg: Config, splits: tuple[int, ...]) -> None:
-    # A build at 16, 24 and 64 heads, T = 1, 8, 64, top-k 512 and window 128, at each split count
-    # (sink on and off in turn): a token whose lists are all -1 (zero output, lse -inf) and ragged
-    # -1 slots in token 0's list. Outputs poisoned before each run, checked against float64.
-    for heads in (16, 24, 64):
-        for t in (1, 8, 64):
-            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
-            inp["topk_idx"][t // 2] = -1
-            inp["window_idx"][t // 2] = -1
-            inp["topk_idx"][0, 100:140] = -1
-            for s, sink in zip(splits, (True, False) * len(splits)):
-                i = inp if sink else {**inp, "attn_sink": None}
-                poison(i)
-                out = run_decode(comp, win, cfg.replace(NUM_SPLITS=s), i)
-                why = verify_decode(comp, win, i, out)
-                assert why is None, (heads, t, s, sink, why)
-                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
-
-
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
 @pytest.mark.parametrize("prefetch", [0, 1], ids=["", "prefetch"])
 @pytest.mark.parametrize("pair", [("fp8_584", "fp8_584"), ("fp8_528", "fp8_528"), ("nvfp4_288", "nvfp4_288"),
@@ -569,7 +550,19 @@ def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str], prefetch: int
     poisoned before each run, checked against the float64 reference."""
     comp, win = pair
     ws = wgmma_config(default_config(comp, win).replace(MMA="wgmma_ws", PREFETCH=prefetch))
-    _check_seed_lists_on_gpu(comp, win, ws, splits=(0, 1, 4, 16))
+    for heads in (16, 24, 64):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            inp["topk_idx"][0, 100:140] = -1
+            for splits, sink in ((0, True), (1, False), (4, True), (16, False)):
+                i = inp if sink else {**inp, "attn_sink": None}
+                poison(i)
+                out = run_decode(comp, win, ws.replace(NUM_SPLITS=splits), i)
+                why = verify_decode(comp, win, i, out)
+                assert why is None, (heads, t, splits, sink, why)
+                assert bool((out[0][t // 2] == 0).all()) and bool(torch.isneginf(out[1][t // 2]).all())
     for page, win_page in ((16, 8), (48, 24)):
         inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=page, win_page_size=win_page)
         inp["topk_idx"][1] = -1

@@ -1640,9 +1640,9 @@ def decode_wgmma_ws_kernel(
         (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
                         w0, w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l)),
         (_ws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
-                            comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
-                            ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
-                            gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
+                        comp_page_bytes, win_page_size, win_page_bytes, kv_smem, c_rows, c_srows, w_rows, w_srows,
+                        ready, empty, share_ws, share_cnt, share_rdy, (tok * gl.num_programs(1) + sp) * tiles_per_prog,
+                        gl.num_programs(2), COMP_SHIFT, WIN_SHIFT, PREFETCH, SHARE)),
     ], [WS_PRODUCER_WARPS], [WS_PRODUCER_REGS])
     if SPLIT and not MERGE:
         _launch_dependents()
