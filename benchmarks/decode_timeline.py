@@ -45,7 +45,10 @@ P_TOP, P_LANDED, P_FREE, P_DONE, C_WAIT, C_READY, C_DONE, PV_READY, PV_DONE, P_P
 # and its first list's start (after the cluster's start phase) as events 10 and 11 of tile 0, its QK
 # warpgroup's start and its query in shared memory as events 10 and 11 of tile 1.
 S_IN, S_READY = 10, 11
-TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 16, 12  # the template's TRACE_* constants
+# The ws producer's trip between P_TOP and P_LANDED: the next tile's copies issued (and committed),
+# then the slots two tiles ahead loaded (their loads issued; they land at their use a trip later).
+P_ISSUED, P_SLOTS = 16, 17
+TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 18, 12  # the template's TRACE_* constants
 
 # (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
@@ -62,7 +65,9 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
     phases: dict[str, list[float]] = {k: [] for k in ("prologue", "producer start", "producer cluster wait",
                                                       "producer first slots", "qk start", "query",
                                                       "producer data wait", "producer empty wait",
-                                                      "producer peer wait", "producer conversion", "consumer ready wait",
+                                                      "producer copy issue", "producer slot loads", "producer copy wait",
+                                                      "producer peer wait", "producer conversion", "producer trip",
+                                                      "producer loop tail", "consumer ready wait",
                                                       "consumer compute", "pv tile", "first tile", "tile period",
                                                       "program", "epilogue")}
     clocks = []
@@ -88,12 +93,17 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
             # its conversion.
             conv = P_PEER if r[P_PEER] else P_FREE
             for name, a, b in (("producer data wait", P_TOP, P_LANDED), ("producer empty wait", P_LANDED, P_FREE),
-                               ("producer peer wait", P_FREE, P_PEER),
+                               ("producer copy issue", P_TOP, P_ISSUED), ("producer slot loads", P_ISSUED, P_SLOTS),
+                               ("producer copy wait", P_SLOTS, P_LANDED), ("producer peer wait", P_FREE, P_PEER),
                                ("producer conversion", conv, P_DONE), ("consumer ready wait", C_WAIT, C_READY),
                                ("consumer compute", C_READY, C_DONE), ("pv tile", PV_READY, PV_DONE)):
                 v = span(r, a, b)
                 if v is not None:
                     phases[name].append(v)
+        for r, nxt in zip(rows, rows[1:]):  # a producer's whole trip, and what follows its conversion
+            for name, ev in (("producer trip", P_TOP), ("producer loop tail", P_DONE)):
+                if r[ev] and nxt[P_TOP]:
+                    phases[name].append((nxt[P_TOP] - r[ev]) * us)
         if rows[0][P_TOP]:
             phases["prologue"].append((rows[0][P_TOP] - start[0]) * us)
         if prog[0][S_IN] and prog[0][S_READY] and rows[0][P_TOP]:
@@ -322,7 +332,8 @@ def main() -> int:
     stem = "decode_timeline" + ("_" + "_".join(pairs[0]) if len(pairs) == 1 else "") + "_h200"
     (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
     cols = ["prologue", "producer start", "producer cluster wait", "producer first slots", "qk start", "query",
-            "producer data wait", "producer empty wait", "producer peer wait", "producer conversion",
+            "producer data wait", "producer copy issue", "producer slot loads", "producer copy wait",
+            "producer empty wait", "producer peer wait", "producer conversion", "producer trip", "producer loop tail",
             "consumer ready wait",
             "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
             "start spread", "launch span", "clock GHz", "trace spills"]
@@ -337,7 +348,10 @@ def main() -> int:
              "'start spread': first program's start to the last's; 'launch span': first program's start to the last "
              "program's last store (%globaltimer), the kernel's body without its launch or the merge after it; 'trace "
              "spills': the traced kernel's spilled bytes (where builds differ in it, weigh them by the benchmark, "
-             "not by these timelines).", "",
+             "not by these timelines). The ws producer's 'data wait' in three: 'copy issue' (the next tile's copies "
+             "issued, which waits for their slots' loads of a trip before), 'slot loads' (those of the tile after "
+             "issued), 'copy wait' (this tile's copies landing); 'producer trip': its top to its next top; 'producer "
+             "loop tail': its conversion's end to its next top.", "",
              "| pair | build | PREFETCH | H | T | records | splits | " + " | ".join(cols) + " |",
              "|---" * (7 + len(cols)) + "|"]
     for r in rows:

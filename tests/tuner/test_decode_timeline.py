@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE, P_LANDED, P_TOP, PV_DONE, PV_READY,
+from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE, P_ISSUED, P_LANDED, P_SLOTS, P_TOP, PV_DONE, PV_READY,
                                         S_IN, S_READY, TRACE_EVENTS, TRACE_START, TRACE_TILES, TRACED, summarise)
 from catalog.families.decode import render_wgmma
 
@@ -66,6 +66,14 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     assert (got["producer first slots"], got["qk start"], got["query"]) == (0.3, 0.05, 1.2)
     # A build that stamps none of them leaves them out.
     assert "query" not in summarise(progs, [3, 3, 0]) and "producer start" not in summarise(progs, [3, 3, 0])
+    # The ws producer's data wait in its three parts, its whole trip and the tail after its conversion
+    # (tiles 2 us apart; the tail from P_DONE to the next P_TOP is 2 - 1.75 us).
+    def ws_tile(i: int) -> dict[int, int]:
+        return {**tile(i), P_ISSUED: 4000 * i + 402, P_SLOTS: 4000 * i + 602}
+    got = summarise([_program(2.0, [ws_tile(i) for i in range(3)])], [3])
+    assert (got["producer copy issue"], got["producer slot loads"], got["producer copy wait"]) == (0.2, 0.1, 0.7)
+    assert (got["producer trip"], got["producer loop tail"]) == (2.0, 0.25)
+    assert "producer copy issue" not in summarise(progs, [3, 3, 0])  # builds without those stamps
 
 
 def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90() -> None:
