@@ -3,7 +3,8 @@
 Its heads-on-M build (`MMA=wgmma_hm`, decode_wgmma_hm_kernel: 64 heads a program on the MMAs' M,
 each tile read and dequantized once per 64 heads) beside `MMA=wgmma` with one and two warpgroups
 (16 or 32 heads a program, each head group re-reading the tiles) and its warp-specialised build
-(`MMA=wgmma_ws`: producer warps dequantize the next tile under this one's MMAs), the heads-on-M
+(`MMA=wgmma_ws`: producer warps dequantize the next tile under this one's MMAs; `wgmma_wsr`: two
+register-loading producer warpgroups and three K buffers), the heads-on-M
 warp-specialised builds (`wgmma_hmws`, `wgmma_hmpv`), and the warp-specialised builds with
 `PREFETCH=1` (records prefetched into L2 a tile further ahead), on the fp8_584 pair (issue 28's V4
 record), at H = 16, 64, 128 and T = 1, 8, 64: the same rotated input sets (records from DRAM, as
@@ -58,6 +59,9 @@ def _runs(pair: tuple[str, str], heads: int) -> dict[str, Callable[[dict[str, An
               "wgmma 2 warpgroups, splits 1": base.replace(num_warps=8, NUM_SPLITS=1),
               "heads on M, splits auto": hm, "heads on M, splits 1": hm.replace(NUM_SPLITS=1),
               "warp-specialised, splits auto": ws, "warp-specialised, splits 1": ws.replace(NUM_SPLITS=1),
+              # Its two register-loading producers and three K buffers (no stage buffers).
+              "warp-specialised, register producers, splits auto": ws.replace(MMA="wgmma_wsr"),
+              "warp-specialised, register producers, splits 1": ws.replace(MMA="wgmma_wsr", NUM_SPLITS=1),
               "heads on M warp-specialised, splits auto": hmws,
               "heads on M warp-specialised, splits 1": hmws.replace(NUM_SPLITS=1),
               "heads on M QK/PV split, splits auto": hmpv, "heads on M QK/PV split, splits 1": hmpv.replace(NUM_SPLITS=1),

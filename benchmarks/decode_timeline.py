@@ -53,6 +53,7 @@ TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 18, 12  # the template's TRACE_* co
 # (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
 DEFAULT_RUNS: tuple[tuple[str, int, int], ...] = (("wgmma", 16, 1), ("wgmma", 16, 64), ("wgmma_ws", 16, 64),
+                                                  ("wgmma_wsr", 16, 64),
                                                   ("wgmma_hm", 128, 64), ("wgmma_hmws", 128, 64),
                                                   ("wgmma_hmpv", 128, 64), ("wgmma_hmpvc", 128, 64))
 
@@ -250,13 +251,15 @@ def trace_spills(launched: Sequence[Any]) -> int | None:
 
 # The traced kernels: (name, heads a program, num_warps).
 TRACED: tuple[tuple[str, int, int], ...] = (("decode_wgmma_kernel", 16, 4), ("decode_wgmma_hm_kernel", 64, 8),
-                                            ("decode_wgmma_ws_kernel", 16, 4), ("decode_wgmma_hmws_kernel", 64, 8),
+                                            ("decode_wgmma_ws_kernel", 16, 4), ("decode_wgmma_wsr_kernel", 16, 4),
+                                            ("decode_wgmma_hmws_kernel", 64, 8),
                                             ("decode_wgmma_hmpv_kernel", 64, 4))
 
 
 # The traced kernels' builds: wgmma_case's (heads_on_m, build) by kernel name.
 _BUILDS = {"decode_wgmma_kernel": (False, ""), "decode_wgmma_hm_kernel": (True, ""),
-           "decode_wgmma_ws_kernel": (False, "ws"), "decode_wgmma_hmws_kernel": (True, "ws"),
+           "decode_wgmma_ws_kernel": (False, "ws"), "decode_wgmma_wsr_kernel": (False, "wsr"),
+           "decode_wgmma_hmws_kernel": (True, "ws"),
            "decode_wgmma_hmpv_kernel": (True, "pv")}
 
 
@@ -292,7 +295,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--static", action="store_true", help="compile the traced builds for sm_90 on the CPU only")
     ap.add_argument("--build", action="append", default=None,
-                    help="wgmma, wgmma_hm, wgmma_ws, wgmma_hmws, wgmma_hmpv, wgmma_hmpvc (repeatable; default: "
+                    help="wgmma, wgmma_hm, wgmma_ws, wgmma_wsr, wgmma_hmws, wgmma_hmpv, wgmma_hmpvc (repeatable; default: "
                          "DEFAULT_RUNS)")
     ap.add_argument("--heads", type=int, default=None, help="default: DEFAULT_RUNS' (16, or 128 for heads on M)")
     ap.add_argument("--t", type=int, default=None, help="default: DEFAULT_RUNS' (1 and 64)")

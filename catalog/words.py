@@ -39,6 +39,8 @@ _FAMILY: dict[str, dict[str, Phrase]] = {
                                          "QK and PV warpgroups, each tile converted once for both head groups",
                           "wgmma_wss": "sm_90 warpgroup-MMA kernel, warp-specialised, each tile converted once for "
                                        "all head groups",
+                          "wgmma_wsr": "sm_90 warpgroup-MMA kernel, warp-specialised, two register-loading producers, "
+                                       "three K buffers",
                           }.get(v, f"MMA {v}"),
         "BLOCK_N": lambda v: f"{v}-key tiles",
         "NUM_SPLITS": lambda v: "splits chosen by T and the SM count" if v == 0 else f"{v} split{'s' if v != 1 else ''}",

@@ -56,6 +56,10 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # own) was correct and slower at every T on an H100 (2026-12-07: 16 heads T=64 18.89 against 17.30
 # us; the tile period stayed 1.77 us, both sides slowed by what they share:
 # benchmarks/results/decode_wsp_h100.md) and is gone (`git show 6b41688`).
+# Its register-producer form (MMA=wgmma_wsr, decode_wgmma_wsr_kernel, 2026-12-07): the same consumer
+# over three K buffers, filled by two producer warpgroups taking the tiles in turn, each loading its
+# tile's records into registers as the heads-on-M producer does: no stage buffers (the third K
+# buffer takes their room), so any pair the wgmma path reads fits (`wgmma_wsr_shared_bytes`).
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
 # layout of the work: "wgmma_hm"'s two warpgroups (64 heads on M) consume two bf16 K tiles that a
@@ -106,21 +110,21 @@ WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", 
 # The builds whose programs can merge a token's partials themselves (COMBINE=fused: the template's
 # _merge_slices, each program a slice of D, where the launch's grid fits the SMs) instead of by
 # decode_combine, a second kernel (COMBINE=kernel); the heads-on-N builds, 16 or 32 heads a program.
-WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws")
+WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws", "wgmma_wsr")
 
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
-# buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" / "wgmma_wss"
-# (WGMMA_SHARE_MMAS) and "wgmma_hmpvc" (WGMMA_CLUSTER_MMAS). One template
-# renders their five kernels (the cluster build's from its own render).
+# buffers fit: `wgmma_hm_reads`), "wgmma_ws", "wgmma_wsr", "wgmma_hmws", "wgmma_hmpv", and "wgmma_hmpvs" /
+# "wgmma_wss" (WGMMA_SHARE_MMAS) and "wgmma_hmpvc" (WGMMA_CLUSTER_MMAS). One template
+# renders their six kernels (the cluster build's from its own render).
 WGMMA_MMAS: tuple[str, ...] = ("wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
-                               "wgmma_hmpvc")
+                               "wgmma_hmpvc", "wgmma_wsr")
 # The builds with 64 heads a program on the MMAs' M.
 WGMMA_HM_MMAS: tuple[str, ...] = ("wgmma_hm", "wgmma_hmws", "wgmma_hmpv", "wgmma_hmpvs", "wgmma_hmpvc")
 # Each build's warps (the consumer's, or the QK warpgroup's); "wgmma" keeps its own 4 or 8.
 WGMMA_BUILD_WARPS: dict[str, int] = {"wgmma_hm": WGMMA_HM_WARPS, "wgmma_ws": WGMMA_WS_WARPS, "wgmma_hmws": WGMMA_HMWS_WARPS,
                                      "wgmma_hmpv": WGMMA_HMPV_WARPS, "wgmma_hmpvs": WGMMA_HMPV_WARPS, "wgmma_wss": WGMMA_WS_WARPS,
-                                     "wgmma_hmpvc": WGMMA_HMPV_WARPS}
+                                     "wgmma_hmpvc": WGMMA_HMPV_WARPS, "wgmma_wsr": WGMMA_WS_WARPS}
 
 
 def is_wgmma(cfg: Config | dict[str, Any]) -> bool:
@@ -154,6 +158,8 @@ def wgmma_fits(c: Config, comp_fmt: str | RecordFormat, win_fmt: str | RecordFor
         return f"tiles are shared between two 64-head groups: 65-128 heads, not {heads}"
     if c["MMA"] == "wgmma_wss" and heads <= WGMMA_HEADS:
         return f"tiles are shared between head groups of {WGMMA_HEADS}: more than {WGMMA_HEADS} heads, not {heads}"
+    if c["MMA"] == "wgmma_wsr" and wgmma_wsr_shared_bytes() + WGMMA_SHARED_SLACK > SM90_SHARED_MAX:
+        return "the register-producer warp-specialised build's buffers exceed sm_90's shared memory"
     if c["MMA"] in ("wgmma_ws", "wgmma_wss") and not wgmma_ws_reads(comp_fmt, win_fmt):
         return (f"the warp-specialised build's buffers for {get_format(comp_fmt).name} + "
                 f"{get_format(win_fmt).name} exceed sm_90's shared memory")
@@ -264,6 +270,14 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
     the V4 pair: 231488)."""
     c, w = get_format(comp_fmt), get_format(win_fmt)
     return wgmma_reads(c, w) and wgmma_ws_shared_bytes(c, w) + WGMMA_SHARED_SLACK <= SM90_SHARED_MAX
+
+
+def wgmma_wsr_shared_bytes() -> int:
+    """Shared memory of a register-producer warp-specialised program (16 heads), any pair: three
+    tiles' four bf16 K chunks, P^T and the query (no stage buffers: its producers load the records
+    into registers), and 832 bytes of its six mbarriers and the region's own state (the compiler's
+    count beyond the buffers, both of issue 28's pairs, 2026-12-07: 215872 bytes)."""
+    return _mma_bytes(WGMMA_HEADS, k_tiles=3) + 832
 
 
 def wgmma_hmws_shared_bytes() -> int:

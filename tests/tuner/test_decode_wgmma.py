@@ -225,7 +225,7 @@ def test_past_64_heads_only_the_wgmma_path_runs(device: str) -> None:
     assert "at most 64 heads" in sp.infeasible(default_config("nvfp4_288", "fp8_528"))
     assert {c["MMA"] for c in sp.grid() if sp.infeasible(c) is None} == {"wgmma", "wgmma_hm", "wgmma_ws", "wgmma_hmws",
                                                                           "wgmma_hmpv", "wgmma_hmpvs", "wgmma_wss",
-                                                                          "wgmma_hmpvc"}
+                                                                          "wgmma_hmpvc", "wgmma_wsr"}
     assert FAMILY.space(decode_key("nvfp4_288", "fp8_528", "sm_90", heads=64)).default() == default_config("nvfp4_288", "fp8_528")
     # A launch: a Triton config is refused before anything runs; the default goes to the wgmma
     # launcher (which runs on an sm_90 GPU only; there, test_wgmma_matches_reference_at_every_head_count).
@@ -570,6 +570,45 @@ def test_wgmma_ws_matches_reference_on_sm90(pair: tuple[str, str], prefetch: int
         for splits in (0, 1, 2):
             poison(inp)
             assert verify_decode(comp, win, inp, run_decode(comp, win, ws.replace(NUM_SPLITS=splits), inp)) is None, page
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")
+@pytest.mark.parametrize("pair", [("nvfp4_288", "fp8_528"), ("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"),
+                                  ("nvfp4_288", "nvfp4_288")], ids=lambda p: "+".join(p))
+def test_wgmma_wsr_matches_ws_bit_for_bit_on_sm90(pair: tuple[str, str]) -> None:
+    """The register-producer build (MMA=wgmma_wsr: two producer warpgroups taking the tiles in turn,
+    three K buffers) gives the warp-specialised build's outputs bit for bit: its producers write
+    the same bf16 K (the conversions are exact) and its consumer is the same code. At 16, 24 and 64
+    heads, T = 1, 8, 64, split counts auto, 1, 4 (programs of 3 tiles and of 1: a program's last
+    tile on either producer) and 16, sink on and off, a token whose lists are all -1 and ragged -1 slots, outputs poisoned
+    first; the merged-in-kernel form too; then pages of 16 and 8 and of 48 and 24; checked against
+    the float64 reference and replayed from a CUDA graph."""
+    comp, win = pair
+    ws = wgmma_config(default_config(comp, win).replace(MMA="wgmma_ws"))
+    wsr = ws.replace(MMA="wgmma_wsr")
+    for heads in (16, 24, 64):
+        for t in (1, 8, 64):
+            inp = make_decode_inputs(comp, win, t, heads, 512, 128, "cuda", seed=heads + t)
+            inp["topk_idx"][t // 2] = -1
+            inp["window_idx"][t // 2] = -1
+            inp["topk_idx"][0, 100:140] = -1
+            for splits, sink, combine in ((0, True, "kernel"), (1, False, "kernel"), (4, True, "kernel"),
+                                          (16, False, "kernel"), (0, True, "fused")):
+                i = inp if sink else {**inp, "attn_sink": None}
+                want = run_decode(comp, win, ws.replace(NUM_SPLITS=splits, COMBINE=combine), i)
+                poison(i)
+                got = run_decode(comp, win, wsr.replace(NUM_SPLITS=splits, COMBINE=combine), i)
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (heads, t, splits, sink, combine)
+                assert verify_decode(comp, win, i, got) is None, (heads, t, splits, sink, combine)
+                assert bool((got[0][t // 2] == 0).all()) and bool(torch.isneginf(got[1][t // 2]).all())
+    _replays_bit_for_bit(comp, win, inp, wsr.replace(NUM_SPLITS=4))
+    for page, win_page in ((16, 8), (48, 24)):
+        inp = make_decode_inputs(comp, win, 3, 12, 40, 20, "cuda", 7, page_size=page, win_page_size=win_page)
+        inp["topk_idx"][1] = -1
+        inp["window_idx"][1] = -1
+        for splits in (0, 1, 2):
+            poison(inp)
+            assert verify_decode(comp, win, inp, run_decode(comp, win, wsr.replace(NUM_SPLITS=splits), inp)) is None, page
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma path is sm_90's (Hopper) Gluon kernel")

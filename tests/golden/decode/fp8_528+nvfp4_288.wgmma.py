@@ -450,6 +450,27 @@ def _record_rows(slot, page_size, page_bytes, area, l: gl.constexpr, ROW: gl.con
 
 
 @gluon.jit
+def _kbuf(i, NBUF: gl.constexpr):
+    # The K buffer of a program's tile i (of NBUF, used in turn) and the parity of its use: the
+    # mbarrier phase its ready and empty words are waited for with.
+    u = i & 1
+    ph = (i >> 1) & 1
+    if NBUF != 2:
+        u = i % NBUF
+        ph = (i // NBUF) & 1
+    return u, ph
+
+
+@gluon.jit
+def _kprev(u, NBUF: gl.constexpr):
+    # The K buffer of the tile before the one in buffer u.
+    if NBUF == 2:
+        return u ^ 1
+    else:
+        return gl.where(u == 0, NBUF - 1, u - 1)
+
+
+@gluon.jit
 def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
     j = j0 + gl.arange(0, BLOCK_N, layout=kl)
     return gl.load(idx_row + j, mask=j < n_keys, other=-1)
@@ -1492,14 +1513,16 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
 
 @gluon.jit
 def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
-                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr,
+                     NBUF: gl.constexpr = 2):
+    # NBUF: the K buffers the tiles take in turn (_kbuf; 3 in MMA=wgmma_wsr).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u = i & 1
+        u, ph = _kbuf(i, NBUF)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        mbarrier.wait(ready.index(u), ph)
         # This tile's S issued behind the previous tile's PV MMAs, which were left in flight: the
         # tensor cores go from one to the other with no wait, barrier or mbarrier between. Both
         # waited for at once (waiting for the PV MMAs alone, wait_group 4, makes ptxas serialize
@@ -1508,7 +1531,7 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         s, o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l), o0, o1,
                                                         o2, o3))
         gl.thread_barrier()
-        mbarrier.arrive(empty.index(u ^ 1), pred=i > 0)
+        mbarrier.arrive(empty.index(_kprev(u, NBUF)), pred=i > 0)
         m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
                                                o3, scale_log2, K_UNIT, o_l)
         slot = slot_n
@@ -1517,14 +1540,16 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
 
 @gluon.jit
 def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
-                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr,
+                     NBUF: gl.constexpr = 2):
+    # NBUF: the K buffers the tiles take in turn (_kbuf; 3 in MMA=wgmma_wsr).
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u = i & 1
+        u, ph = _kbuf(i, NBUF)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(u), (i >> 1) & 1)
+        mbarrier.wait(ready.index(u), ph)
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r,
                                               o0, o1, o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
         gl.thread_barrier()
@@ -1536,7 +1561,7 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
 @gluon.jit
 def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
                  kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
-                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, NBUF: gl.constexpr = 2):
     # The query into shared memory here, not before the region: the producer's first gathers
     # travel meanwhile (the loads of a program's start are issued before any is waited for).
     q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
@@ -1565,12 +1590,26 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     o0, o1, o2, o3 = warpgroup_mma_init(o0), warpgroup_mma_init(o1), warpgroup_mma_init(o2), warpgroup_mma_init(o3)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
                                                 m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l)
+                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l,
+                                                NBUF)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
                                                 p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                                2.0 ** K_SHIFT, kl, s_l, o_l)
+                                                2.0 ** K_SHIFT, kl, s_l, o_l,
+                                                NBUF)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))  # the last tile's PV (its buffer: no one waits)
     return m_i, l_r, o0, o1, o2, o3
+
+
+# The register-producer build (MMA=wgmma_wsr): the warp-specialised kernel's consumer over three K
+# buffers, filled by two producer warpgroups that take a program's tiles in turn (running number
+# i: producer i & 1, K buffer i % 3), each loading its tile's records from global memory straight
+# into registers as the heads-on-M producer does (_hmws_producer). No stage buffers: the third K
+# buffer takes their room, and no tile's records pass through shared memory before their
+# conversion (the ws tile's ~263 KB of shared-memory traffic less 2 x 18-33 KB, by arithmetic). A
+# producer's loads still wait out their trip before its conversion, but two producers overlap
+# their trips, and with three buffers neither waits on the consumer's release of the tile before.
+WSR_PRODUCER_WARPS = gl.constexpr(4)
+WSR_PRODUCER_REGS = gl.constexpr(152)
 
 
 @gluon.jit
@@ -1679,6 +1718,100 @@ def decode_wgmma_ws_kernel(
         gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+@gluon.jit
+def decode_wgmma_wsr_kernel(
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr, merge_cnt_ptr,
+    n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
+    stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr, MERGE: gl.constexpr,
+    MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    # decode_wgmma_ws_kernel's arguments but its SHARE and PREFETCH (and their buffers) and results:
+    # three K buffers, two register-loading producer warpgroups (the build's comment above).
+    gl.static_assert(num_warps == 4)
+    gl.static_assert(HB == 16)
+    s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
+    o_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
+    kl: gl.constexpr = gl.SliceLayout(1, s_l)
+    hl: gl.constexpr = gl.SliceLayout(0, s_l)
+    tok = gl.program_id(0)
+    sp = gl.program_id(1)
+    h0 = gl.program_id(2) * HB
+    t64 = tok.to(gl.int64)
+    n_comp = gl.cdiv(topk, BLOCK_N)
+    n_tiles = n_comp + gl.cdiv(window, BLOCK_N)
+    i0 = sp * tiles_per_prog
+    i1 = gl.minimum(i0 + tiles_per_prog, n_tiles)
+    topk_row = topk_ptr + t64 * stride_kt
+    widx_row = widx_ptr + t64 * stride_wt
+    c0 = i0
+    c1 = gl.minimum(i1, n_comp)
+    w0 = gl.maximum(i0, n_comp) - n_comp
+    w1 = i1 - n_comp
+
+    kv_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([BLOCK_N, CHUNK], gl.bfloat16))
+    kv_smem = (gl.allocate_shared_memory(gl.bfloat16, [3, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [3, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [3, BLOCK_N, CHUNK], kv_sl),
+               gl.allocate_shared_memory(gl.bfloat16, [3, BLOCK_N, CHUNK], kv_sl))
+    p_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, BLOCK_N], gl.bfloat16))
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
+    q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
+    ready = gl.allocate_shared_memory(gl.int64, [3, 1], _lay(mbarrier.MBarrierLayout()))
+    empty = gl.allocate_shared_memory(gl.int64, [3, 1], _lay(mbarrier.MBarrierLayout()))
+    for b in gl.static_range(3):
+        mbarrier.init(ready.index(b), count=1)
+        mbarrier.init(empty.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
+        (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
+                        w0, w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l, 3)),
+        (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None, None,
+                          0, 1, COMP_SHIFT, WIN_SHIFT, False, False, 2, 0, 3)),
+        (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
+                          comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None, None,
+                          0, 1, COMP_SHIFT, WIN_SHIFT, False, False, 2, 1, 3)),
+    ], [WSR_PRODUCER_WARPS, WSR_PRODUCER_WARPS], [WSR_PRODUCER_REGS, WSR_PRODUCER_REGS])
+    if SPLIT and not MERGE:
+        _launch_dependents()
+    if SPLIT:
+        if MERGE:
+            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
+            flag = _merge_flag(cnt)
+        _store_partial(part_o_ptr, part_ml_ptr, (t64 * gl.num_programs(1) + sp) * n_heads, n_heads, h0, m_i, l_r, o0,
+                       o1, o2, o3, HB, hl, o_l)
+        if MERGE:
+            _merge_barrier(cnt, flag, gl.num_programs(1))
+            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
+                          HB, MERGE_S, HAS_SINK)
+    else:
+        l_i = gl.sum(l_r, axis=0)
+        # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
+        od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
+        oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
+        ohm = (oh < n_heads)[None, :]
+        h = h0 + gl.arange(0, HB, layout=hl)
+        hmask = h < n_heads
+        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
+        has = l_i > 0
+        m_use = gl.where(has, m_i, 0.0)
+        den = l_i
+        if HAS_SINK:
+            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
+        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
+        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
+        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
+        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
+        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
+        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
+        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
 # (64 heads on M) as the consumer, beside a producer warpgroup that reads each tile's records
 # straight from global memory into registers, as FlashMLA's sm90 sparse decode does (two bf16 K
@@ -1713,8 +1846,9 @@ def _hm_slot_layout(nw, SHARE, PREFETCH):
 def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
                         nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, share_ws, share_cnt, share_rdy, tile0,
                         n_groups, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
-                        NXT: gl.constexpr, SHARE: gl.constexpr):
-    # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (K buffer i & 1): a tile's
+                        NXT: gl.constexpr, SHARE: gl.constexpr, STEP: gl.constexpr = 1, PAR: gl.constexpr = 0,
+                        NBUF: gl.constexpr = 2):
+    # Tiles [t0, t1) of one list (fp8_528), running tile numbers i0.. (K buffer _kbuf's): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
     # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
@@ -1724,14 +1858,19 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
     # once this list's first tile is handed over. Prefetched at the producer's start instead,
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
+    # STEP 2: the tiles of running number PAR modulo 2 only (one of MMA=wgmma_wsr's two producers),
+    # in NBUF K buffers (_kbuf).
     L3: gl.constexpr = _comp_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
-    for t in range(t0, t1):
+    ts = t0
+    if STEP == 2:
+        ts = t0 + ((PAR + i0) & 1)
+    slot = _slots(idx_row, lim, ts * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (ts + STEP) * BLOCK_N, kl)
+    for t in range(ts, t1, STEP):
         i = i0 + t - t0
-        u = i & 1
-        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)  # past the list: -1
+        u, ph = _kbuf(i, NBUF)
+        slot_nn = _slots(idx_row, lim, (t + 2 * STEP) * BLOCK_N, kl)  # past the list: -1
         mine = True  # without SHARE every tile is this program's to convert
         gen = 0
         at = share_ws
@@ -1745,7 +1884,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             b3, sb3 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-            mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+            mbarrier.wait(empty.index(u), ph ^ 1)  # K buffer u's last MMAs are done
             kz = (t >> 31) + u
             kv_smem[0].index(kz).store(_comp_chunk(b0, sb0, L3))
             kv_smem[1].index(kz).store(_comp_chunk(b1, sb1, L3))
@@ -1764,10 +1903,10 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
                 kz = (t >> 31) + u
                 _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen, empty.index(u),
-                           ((i >> 1) & 1) ^ 1, ready.index(u))
+                           ph ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:
-                if t == t0:  # here, where no record is held in registers
+                if t == ts:  # here, where no record is held in registers
                     _win_prefetch(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, NXT_SHIFT)
         slot = slot_n
         slot_n = slot_nn
@@ -1777,8 +1916,9 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
 def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_bytes, kv_smem, ready, empty,
                         nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, share_ws, share_cnt, share_rdy, tile0,
                         n_groups, kl: gl.constexpr, SHIFT: gl.constexpr, NXT_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
-                        NXT: gl.constexpr, SHARE: gl.constexpr):
-    # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (K buffer i & 1): a tile's
+                        NXT: gl.constexpr, SHARE: gl.constexpr, STEP: gl.constexpr = 1, PAR: gl.constexpr = 0,
+                        NBUF: gl.constexpr = 2):
+    # Tiles [t0, t1) of one list (nvfp4_288), running tile numbers i0.. (K buffer _kbuf's): a tile's
     # loads are issued before the wait for its buffer, so they travel while the consumer still
     # reads it; but a tile's loads wait for the last tile's conversion, so each tile waits out a
     # trip to DRAM. With PREFETCH the next tile's records are prefetched into L2 once this tile's
@@ -1788,14 +1928,19 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
     # once this list's first tile is handed over. Prefetched at the producer's start instead,
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
+    # STEP 2: the tiles of running number PAR modulo 2 only (one of MMA=wgmma_wsr's two producers),
+    # in NBUF K buffers (_kbuf).
     L3: gl.constexpr = _win_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
-    slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
-    slot_n = _slots(idx_row, lim, (t0 + 1) * BLOCK_N, kl)
-    for t in range(t0, t1):
+    ts = t0
+    if STEP == 2:
+        ts = t0 + ((PAR + i0) & 1)
+    slot = _slots(idx_row, lim, ts * BLOCK_N, kl)
+    slot_n = _slots(idx_row, lim, (ts + STEP) * BLOCK_N, kl)
+    for t in range(ts, t1, STEP):
         i = i0 + t - t0
-        u = i & 1
-        slot_nn = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)  # past the list: -1
+        u, ph = _kbuf(i, NBUF)
+        slot_nn = _slots(idx_row, lim, (t + 2 * STEP) * BLOCK_N, kl)  # past the list: -1
         mine = True  # without SHARE every tile is this program's to convert
         gen = 0
         at = share_ws
@@ -1809,7 +1954,7 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             b3, sb3 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-            mbarrier.wait(empty.index(u), ((i >> 1) & 1) ^ 1)  # K buffer u's last MMAs are done
+            mbarrier.wait(empty.index(u), ph ^ 1)  # K buffer u's last MMAs are done
             kz = (t >> 31) + u
             kv_smem[0].index(kz).store(_win_chunk(b0, sb0, L3))
             kv_smem[1].index(kz).store(_win_chunk(b1, sb1, L3))
@@ -1828,10 +1973,10 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
                 kz = (t >> 31) + u
                 _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen, empty.index(u),
-                           ((i >> 1) & 1) ^ 1, ready.index(u))
+                           ph ^ 1, ready.index(u))
         if PREFETCH:
             if NXT:
-                if t == t0:  # here, where no record is held in registers
+                if t == ts:  # here, where no record is held in registers
                     _win_prefetch(nxt_ptr, nxt_slot, nxt_page_size, nxt_page_bytes, NXT_SHIFT)
         slot = slot_n
         slot_n = slot_nn
@@ -1841,7 +1986,9 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
 def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                    comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, share_ws, share_cnt,
                    share_rdy, tile0, n_groups, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, PREFETCH: gl.constexpr,
-                   SHARE: gl.constexpr):
+                   SHARE: gl.constexpr, STEP: gl.constexpr = 1, PAR: gl.constexpr = 0,
+                   NBUF: gl.constexpr = 2):
+    # STEP, PAR, NBUF: _hmws_produce_comp's (MMA=wgmma_wsr's two producers, the tiles of parity PAR each).
     # The slots in a warp's runs of 8 keys, 2 a thread (as _l3w and the tail's T2 take the keys, so
     # they reach each fetch's layout inside the warp, not through scratch memory and CTA barriers);
     # with SHARE or PREFETCH a key a thread, as the fetches' own layouts (see _l3w).
@@ -1854,10 +2001,11 @@ def _hmws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, 
         w_first = gl.full([BLOCK_N], -1, gl.int32, kl)
     _hmws_produce_comp(comp_ptr, topk_row, topk, c0, c1, 0, comp_page_size, comp_page_bytes, kv_smem, ready, empty,
                        win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt, share_rdy, tile0,
-                       n_groups, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH, True, SHARE)
+                       n_groups, kl, COMP_SHIFT, WIN_SHIFT, PREFETCH, True, SHARE, STEP, PAR, NBUF)
     _hmws_produce_win(win_ptr, widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), win_page_size, win_page_bytes,
                        kv_smem, ready, empty, win_ptr, w_first, win_page_size, win_page_bytes, share_ws, share_cnt,
-                       share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH, False, SHARE)
+                       share_rdy, tile0, n_groups, kl, WIN_SHIFT, WIN_SHIFT, PREFETCH, False, SHARE, STEP, PAR,
+                       NBUF)
 
 
 @gluon.jit

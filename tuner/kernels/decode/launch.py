@@ -404,9 +404,10 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
                   workspace: torch.Tensor | None, counters: torch.Tensor | None = None) -> None:
     """`decode` on the wgmma path (arguments already checked there; it takes no counters): the
     build the config names (MMA=wgmma: HB = 16 or 32 heads a program on the MMAs' N; wgmma_hm:
-    64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised; wgmma_hmpvc: the
-    QK / PV split's 64-head programs in 2-CTA clusters, from the cluster render, launched with
-    num_ctas=2 after its buffers' offsets are checked once a specialisation)."""
+    64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised (wgmma_wsr: with
+    register-loading producers and three K buffers); wgmma_hmpvc: the QK / PV split's 64-head
+    programs in 2-CTA clusters, from the cluster render, launched with num_ctas=2 after its buffers'
+    offsets are checked once a specialisation)."""
     if q.device.type != "cuda" or interpreting():
         raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
                          + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))

@@ -125,7 +125,8 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
                share: bool = False, merge: bool = False) -> XCompileCase:
     """A kernel of the wgmma template: `heads_on_m` the heads-on-M build, `build="ws"` the
     warp-specialised one (16 heads, the consumer's 4 warps), `build="ws"` with `heads_on_m` the
-    heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="pv"` with
+    heads-on-M warp-specialised one (64 heads, the consumer's 8 warps), `build="wsr"` the
+    warp-specialised one with two register-loading producers and three K buffers (16 heads), `build="pv"` with
     `heads_on_m` the one whose consumer splits into a QK and a PV warpgroup (64 heads, 4 warps);
     `prefetch` (the warp-specialised builds) their producer's L2 prefetch of the tiles ahead;
     `trace`: the template's trace build (benchmarks/decode_timeline.py), with its last argument;
@@ -133,19 +134,22 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
     rendered = render_wgmma(cf, wf, trace=trace)
     name = {(True, "ws"): "decode_wgmma_hmws_kernel", (True, ""): "decode_wgmma_hm_kernel",
             (True, "pv"): "decode_wgmma_hmpv_kernel",
-            (False, "ws"): "decode_wgmma_ws_kernel", (False, ""): "decode_wgmma_kernel"}[(heads_on_m, build)]
+            (False, "ws"): "decode_wgmma_ws_kernel", (False, "wsr"): "decode_wgmma_wsr_kernel",
+            (False, ""): "decode_wgmma_kernel"}[(heads_on_m, build)]
     return XCompileCase(
         variant="wgmma",
         rendered=rendered,
         kernel_name=name,
         signature=kernel_signature(rendered, name, {**ARG_TYPES, "trace_ptr": "*i64"} if trace else ARG_TYPES),
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
-                    **({"PREFETCH": prefetch} if build else {}), **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {}),
+                    **({"PREFETCH": prefetch} if build and build != "wsr" else {}),
+                    **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {}),
                     **({} if heads_on_m else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
         + (" heads on M" if heads_on_m else "") + (" warp-specialised" if build == "ws" else "")
+        + (" warp-specialised, register producers" if build == "wsr" else "")
         + (" warp-specialised QK/PV" if build == "pv" else "")
         + (" prefetch" if prefetch else "")
         + (" merged in kernel" if merge else "")
