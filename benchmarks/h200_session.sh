@@ -11,6 +11,8 @@
 #   bash benchmarks/h200_session.sh combine-sweep    # decode_combine alone, by (T, heads, partials) and tile
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
+#   bash benchmarks/h200_session.sh wsr              # its register-producer form (MMA=wgmma_wsr) beside it: timings,
+#                                                    # both timelines at 16 heads T=64, its GPU test (bit for bit ws)
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it

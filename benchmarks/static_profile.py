@@ -57,6 +57,8 @@ def cases_for(kernel: str, formats: list[str], q_dtype: str, text: str) -> list[
                                                 share=cfg["MMA"] == "wgmma_hmpvs"))]
         if cfg["MMA"] == "wgmma_hmpvc":  # the QK / PV split as a 2-CTA cluster (num_ctas=2)
             return [(text, D.xcompile.cluster_case(*fmts, split=True, prefetch=bool(cfg["PREFETCH"])))]
+        if cfg["MMA"] == "wgmma_wsr":  # the same with two register-loading producer warpgroups
+            return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="wsr"))]
         if cfg["MMA"] in ("wgmma_ws", "wgmma_wss"):  # warp-specialised: 16 heads, producer warps beside
             return [(text, D.FAMILY._wgmma_case(*fmts, split=True, build="ws", prefetch=bool(cfg["PREFETCH"]),
                                                 share=cfg["MMA"] == "wgmma_wss"))]

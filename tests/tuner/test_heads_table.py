@@ -148,7 +148,8 @@ def test_bench_decode_hm_times_the_builds_each_pair_takes() -> None:
                   "heads on M warp-specialised, splits 1", "heads on M QK/PV split, splits auto",
                   "heads on M QK/PV split, splits 1", "warp-specialised, splits auto, L2 prefetch",
                   "heads on M warp-specialised, splits auto, L2 prefetch",
-                  "heads on M QK/PV split, splits auto, L2 prefetch", "warp-specialised, shared tiles, splits auto"}
+                  "heads on M QK/PV split, splits auto, L2 prefetch", "warp-specialised, shared tiles, splits auto",
+                  "warp-specialised, register producers, splits auto", "warp-specialised, register producers, splits 1"}
     # Past 16 heads the warp-specialised build sharing tiles between head groups, past 64 the split's
     # and the split's 2-CTA cluster build (two 64-head groups).
     wss, hmpvs = "warp-specialised, shared tiles, splits auto", "heads on M QK/PV split, shared tiles, splits auto, L2 prefetch"
