@@ -357,19 +357,26 @@ for phase in "$@"; do
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_ws.log"
     ;;
   wsr)  # the register-producer build (MMA=wgmma_wsr, 2026-12-07, compiled on the CPU only before): its timings beside
-    # ws at 16 and 128 heads (HEADS overrides) on both of issue 28's pairs (each launch checked against float64 first),
-    # the traced timelines of both at 16 heads T=64, then its GPU test (bit for bit ws) with the time left
+    # ws at 16 and 128 heads (HEADS overrides) on both of issue 28's pairs (each launch checked against float64 first);
+    # then patches/decode_wsr_fa3_order.patch applied (the copy stays patched) and wsr timed again; its GPU test (bit
+    # for bit ws) on the patched tree; the traced timelines of ws and wsr at 16 heads T=64 with the time left
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
-    timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 \
-      --pair fp8_584+fp8_584 --only "=warp-specialised, splits auto" --only "register producers, splits auto" \
-      --out "$OUT/results" >"$OUT/bench_decode_wsr.log" 2>&1
+    hm=(python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 --pair fp8_584+fp8_584)
+    timeout $(( $(left) * 2 / 5 )) "${hm[@]}" --only "=warp-specialised, splits auto" \
+      --only "register producers, splits auto" --out "$OUT/results" >"$OUT/bench_decode_wsr.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_wsr.log"
-    timeout $(( $(left) / 3 )) python3 benchmarks/decode_timeline.py --pair nvfp4_288+fp8_528 --build wgmma_ws \
-      --build wgmma_wsr --heads 16 --t 64 --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
-    echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
-    timeout $(( $(left) - 5 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wsr" \
+    if [ -f benchmarks/patches/decode_wsr_fa3_order.patch ]; then
+      apply_patch decode_wsr_fa3_order.patch
+      timeout $(( $(left) / 3 )) "${hm[@]}" --only "register producers, splits auto" --out "$OUT/results/fa3_order" \
+        >"$OUT/bench_decode_wsr_fa3.log" 2>&1
+      echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_wsr_fa3.log"
+    fi
+    timeout $(( $(left) * 2 / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wsr" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_wsr_gpu.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wsr_gpu.log"
+    timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair nvfp4_288+fp8_528 --build wgmma_ws \
+      --build wgmma_wsr --heads 16 --t 64 --out "$OUT/results" >"$OUT/decode_timeline.log" 2>&1
+    echo "decode_timeline rc=$?" >>"$OUT/decode_timeline.log"
     ;;
   decode-heads)  # issue 28: both record pairs at H = 32 and 64 (HEADS overrides), T = 1, 8, 64
     for h in ${HEADS:-32 64}; do
