@@ -110,7 +110,7 @@ WGMMA_PREFETCH_MMAS: tuple[str, ...] = ("wgmma_ws", "wgmma_hmws", "wgmma_hmpv", 
 # The builds whose programs can merge a token's partials themselves (COMBINE=fused: the template's
 # _merge_slices, each program a slice of D, where the launch's grid fits the SMs) instead of by
 # decode_combine, a second kernel (COMBINE=kernel); the heads-on-N builds, 16 or 32 heads a program.
-WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws", "wgmma_wsr")
+WGMMA_MERGE_MMAS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 
 # The MMA values of the wgmma path, all above: "wgmma" (keys on the MMAs' M, 16 or 32 heads a program
 # on N), "wgmma_hm" (64 heads a program on M, each tile dequantized once per 64 heads; every pair whose
@@ -274,10 +274,11 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
 
 def wgmma_wsr_shared_bytes() -> int:
     """Shared memory of a register-producer warp-specialised program (16 heads), any pair: three
-    tiles' four bf16 K chunks, P^T and the query (no stage buffers: its producers load the records
-    into registers), and 832 bytes of its six mbarriers and the region's own state (the compiler's
-    count beyond the buffers, both of issue 28's pairs, 2026-12-07: 215872 bytes)."""
-    return _mma_bytes(WGMMA_HEADS, k_tiles=3) + 832
+    tiles' four bf16 K chunks, each consumer warpgroup's P^T, the query (no stage buffers: its
+    producers load the records into registers), and 1112 bytes of its seven mbarriers and the
+    region's own state (the compiler's count beyond the buffers, both of issue 28's pairs,
+    2026-12-07: 218200 bytes)."""
+    return _mma_bytes(WGMMA_HEADS, k_tiles=3) + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 1112
 
 
 def wgmma_hmws_shared_bytes() -> int:

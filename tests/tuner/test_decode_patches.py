@@ -84,21 +84,3 @@ def test_a_stacked_patch_applies_after_the_one_it_names(tmp_path: Path) -> None:
     assert _chain(tmp_path / "c.patch") == [tmp_path / "a.patch", tmp_path / "b.patch", tmp_path / "c.patch"]
 
 
-
-FA3_ORDER = ROOT / "benchmarks" / "patches" / "decode_wsr_fa3_order.patch"
-
-
-@pytest.mark.skipif(not FA3_ORDER.exists(), reason="decode_wsr_fa3_order.patch has landed or gone")
-def test_wsr_fa3_order_keeps_the_pv_mmas_in_flight_under_the_softmax(patched_tree: Callable[[Path], Path]) -> None:
-    # decode_wsr_fa3_order: the register-producer build's consumer issues a tile's S, then the last
-    # tile's PV, and waits for S alone (wait_group 4) before the softmax: two wgmma waits a trip,
-    # the same 64 wgmmas, and ptxas does not serialize them (C7514 would put a wait before each);
-    # no spills, the same shared memory.
-    from tests.tuner.static_sm90 import static_profile
-
-    base = static_profile("nvfp4_288,fp8_528", "MMA=wgmma_wsr")
-    got = static_profile("nvfp4_288,fp8_528", "MMA=wgmma_wsr", patched_tree(FA3_ORDER))
-    trips = [lp["ops"] for lp in got["loops"] if lp["role"] == "mma"][:2]  # the two lists' loops
-    assert [t.get("wgmma wait") for t in trips] == [2, 2] and [t.get("wgmma") for t in trips] == [64, 64], trips
-    assert [lp["ops"].get("wgmma wait") for lp in base["loops"] if lp["role"] == "mma"][:2] == [1, 1]
-    assert got["spills"] == 0 and got["shared_bytes"] == base["shared_bytes"]

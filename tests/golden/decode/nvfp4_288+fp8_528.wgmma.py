@@ -462,15 +462,6 @@ def _kbuf(i, NBUF: gl.constexpr):
 
 
 @gluon.jit
-def _kprev(u, NBUF: gl.constexpr):
-    # The K buffer of the tile before the one in buffer u.
-    if NBUF == 2:
-        return u ^ 1
-    else:
-        return gl.where(u == 0, NBUF - 1, u - 1)
-
-
-@gluon.jit
 def _slots(idx_row, n_keys, j0, kl: gl.constexpr):
     j = j0 + gl.arange(0, BLOCK_N, layout=kl)
     return gl.load(idx_row + j, mask=j < n_keys, other=-1)
@@ -1513,14 +1504,12 @@ def _ws_producer(comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0
 
 @gluon.jit
 def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
-                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr,
-                     NBUF: gl.constexpr = 2):
-    # NBUF: the K buffers the tiles take in turn (_kbuf; 3 in MMA=wgmma_wsr).
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u, ph = _kbuf(i, NBUF)
+        u, ph = _kbuf(i, 2)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), ph)
         # This tile's S issued behind the previous tile's PV MMAs, which were left in flight: the
@@ -1531,7 +1520,7 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
         s, o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l), o0, o1,
                                                         o2, o3))
         gl.thread_barrier()
-        mbarrier.arrive(empty.index(_kprev(u, NBUF)), pred=i > 0)
+        mbarrier.arrive(empty.index(u ^ 1), pred=i > 0)
         m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
                                                o3, scale_log2, K_UNIT, o_l)
         slot = slot_n
@@ -1540,14 +1529,12 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
 
 @gluon.jit
 def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3,
-                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr,
-                     NBUF: gl.constexpr = 2):
-    # NBUF: the K buffers the tiles take in turn (_kbuf; 3 in MMA=wgmma_wsr).
+                     scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u, ph = _kbuf(i, NBUF)
+        u, ph = _kbuf(i, 2)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
         mbarrier.wait(ready.index(u), ph)
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r,
@@ -1561,7 +1548,7 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
 @gluon.jit
 def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
                  kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB: gl.constexpr, kl: gl.constexpr,
-                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr, NBUF: gl.constexpr = 2):
+                 hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     # The query into shared memory here, not before the region: the producer's first gathers
     # travel meanwhile (the loads of a program's start are issued before any is waited for).
     q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
@@ -1590,14 +1577,93 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
     o0, o1, o2, o3 = warpgroup_mma_init(o0), warpgroup_mma_init(o1), warpgroup_mma_init(o2), warpgroup_mma_init(o3)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(topk_row, topk, c0, c1, 0, kv_smem, q_smem, p_smem, ready, empty,
                                                 m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                                2.0 ** K_SHIFT, kl, s_l, o_l,
-                                                NBUF)
+                                                2.0 ** K_SHIFT, kl, s_l, o_l)
     m_i, l_r, o0, o1, o2, o3 = _ws_consume_list(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), kv_smem, q_smem,
                                                 p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
-                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l,
-                                                NBUF)
+                                                2.0 ** E4M3_SHIFT, kl, s_l, o_l)
     o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))  # the last tile's PV (its buffer: no one waits)
     return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _ws_consume_pp(idx_row, n_keys, t0, t1, i0, WG: gl.constexpr, kv_smem, q_smem, p_smem, ready, empty, m_i, l_r,
+                   o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr,
+                   o_l: gl.constexpr):
+    # Consumer warpgroup WG of MMA=wgmma_wsr's two: the tiles of running number i = i0 + t - t0 with
+    # i & 1 == WG, in K buffer i % 3 (_kbuf). Its MMAs are waited for within the tile (the other
+    # warpgroup's run meanwhile), then the buffer goes back.
+    lim = gl.minimum(n_keys, t1 * BLOCK_N)
+    ts = t0 + ((WG + i0) & 1)
+    slot = _slots(idx_row, lim, ts * BLOCK_N, kl)
+    for t in range(ts, t1, 2):
+        i = i0 + t - t0
+        u, ph = _kbuf(i, 3)
+        slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
+        mbarrier.wait(ready.index(u), ph)
+        kz = (t >> 31) + u
+        s = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l),))
+        m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
+                                               o3, scale_log2, K_UNIT, o_l)
+        o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(u))
+        slot = slot_n
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0, w1,
+                    kv_smem, q_smem, p_smem, ready, empty, qbar, scale_log2, WG: gl.constexpr, HB: gl.constexpr,
+                    kl: gl.constexpr, hl: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    # Consumer warpgroup WG: the first loads the query into shared memory and tells the second by qbar.
+    if WG == 0:
+        q_blk: gl.constexpr = _lay(gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0]))
+        qh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, q_blk))
+        qd = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, q_blk))
+        q_row = q_ptr + t64 * stride_qt + qh[:, None] * stride_qh + qd[None, :]
+        q_mask = (qh < n_heads)[:, None]
+        qv0 = gl.load(q_row + 0 * CHUNK, mask=q_mask, other=0.0)
+        qv1 = gl.load(q_row + 1 * CHUNK, mask=q_mask, other=0.0)
+        qv2 = gl.load(q_row + 2 * CHUNK, mask=q_mask, other=0.0)
+        qv3 = gl.load(q_row + 3 * CHUNK, mask=q_mask, other=0.0)
+
+        q_smem.index(0).store(_group_order(qv0, CHUNK))
+        q_smem.index(1).store(_group_order(qv1, CHUNK))
+        q_smem.index(2).store(_group_order(qv2, CHUNK))
+        q_smem.index(3).store(_group_order(qv3, CHUNK))
+
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(qbar)
+    else:
+        mbarrier.wait(qbar, 0)
+    m_i = gl.full([HB], float("-inf"), gl.float32, hl)
+    l_r = gl.zeros([BLOCK_N, HB], gl.float32, s_l)  # per-row sums of exp2 (see _attend)
+    o0 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o1 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o2 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    o3 = gl.zeros([CHUNK, HB], gl.float32, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_pp(topk_row, topk, c0, c1, 0, WG, kv_smem, q_smem, p_smem, ready, empty,
+                                              m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                              2.0 ** K_SHIFT, kl, s_l, o_l)
+    m_i, l_r, o0, o1, o2, o3 = _ws_consume_pp(widx_row, window, w0, w1, gl.maximum(c1 - c0, 0), WG, kv_smem, q_smem,
+                                              p_smem, ready, empty, m_i, l_r, o0, o1, o2, o3, scale_log2,
+                                              2.0 ** E4M3_SHIFT, kl, s_l, o_l)
+    return m_i, l_r, o0, o1, o2, o3
+
+
+@gluon.jit
+def _ws_consumer_pp1(q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1, w0,
+                     w1, kv_smem, q_smem, p_smem, ready, empty, qbar, part_o_ptr, part_ml_ptr, scale_log2,
+                     HB: gl.constexpr, kl: gl.constexpr, hl: gl.constexpr, s_l: gl.constexpr,
+                     o_l: gl.constexpr):
+    # The second consumer warpgroup (a worker partition: it returns nothing), its partial written
+    # here, beside the first's (the kernel's epilogue): partials 2 sp and 2 sp + 1 of the token.
+    m_i, l_r, o0, o1, o2, o3 = _ws_consumer_pp(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk,
+                                               window, c0, c1, w0, w1, kv_smem, q_smem, p_smem, ready, empty, qbar,
+                                               scale_log2, 1, HB, kl, hl, s_l, o_l)
+    _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp + 1) * n_heads, n_heads, h0, m_i,
+                   l_r, o0, o1, o2, o3, HB, hl, o_l)
 
 
 # The register-producer build (MMA=wgmma_wsr): the warp-specialised kernel's consumer over three K
@@ -1609,7 +1675,8 @@ def _ws_consumer(q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_r
 # producer's loads still wait out their trip before its conversion, but two producers overlap
 # their trips, and with three buffers neither waits on the consumer's release of the tile before.
 WSR_PRODUCER_WARPS = gl.constexpr(4)
-WSR_PRODUCER_REGS = gl.constexpr(152)
+WSR_PRODUCER_REGS = gl.constexpr(128)
+WSR_CONSUMER_REGS = gl.constexpr(128)
 
 
 @gluon.jit
@@ -1720,15 +1787,17 @@ def decode_wgmma_ws_kernel(
         gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
 @gluon.jit
 def decode_wgmma_wsr_kernel(
-    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr, merge_cnt_ptr,
+    q_ptr, comp_ptr, topk_ptr, win_ptr, widx_ptr, sink_ptr, o_ptr, lse_ptr, part_o_ptr, part_ml_ptr,
     n_heads, topk, window, comp_page_size, comp_page_bytes, win_page_size, win_page_bytes,
     stride_qt, stride_qh, stride_kt, stride_wt, tiles_per_prog, scale_log2,
-    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr, MERGE: gl.constexpr,
-    MERGE_S: gl.constexpr, HAS_SINK: gl.constexpr,
+    HB: gl.constexpr, COMP_SHIFT: gl.constexpr, WIN_SHIFT: gl.constexpr, SPLIT: gl.constexpr,
+    HAS_SINK: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    # decode_wgmma_ws_kernel's arguments but its SHARE and PREFETCH (and their buffers) and results:
-    # three K buffers, two register-loading producer warpgroups (the build's comment above).
+    # decode_wgmma_ws_kernel's arguments but SHARE, PREFETCH and MERGE (and their buffers), and its
+    # results: three K buffers, two register-loading producer warpgroups, two consumer warpgroups
+    # (the build's comment above). Each consumer writes a partial of its own: SPLIT always.
+    gl.static_assert(SPLIT)
     gl.static_assert(num_warps == 4)
     gl.static_assert(HB == 16)
     s_l: gl.constexpr = _lay(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HB, 16]))
@@ -1764,54 +1833,29 @@ def decode_wgmma_wsr_kernel(
     for b in gl.static_range(3):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
+    qbar = gl.allocate_shared_memory(gl.int64, [1], _lay(mbarrier.MBarrierLayout()))
+    mbarrier.init(qbar, count=1)
+    p_smem1 = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     fence_async_shared()
     gl.thread_barrier()
 
     m_i, l_r, o0, o1, o2, o3 = gl.warp_specialize([
-        (_ws_consumer, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
-                        w0, w1, kv_smem, q_smem, p_smem, ready, empty, scale_log2, HB, kl, hl, s_l, o_l, 3)),
+        (_ws_consumer_pp, (q_ptr, n_heads, h0, t64, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0, c1,
+                           w0, w1, kv_smem, q_smem, p_smem, ready, empty, qbar, scale_log2, 0, HB, kl, hl, s_l,
+                           o_l)),
+        (_ws_consumer_pp1, (q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row, widx_row, topk, window, c0,
+                            c1, w0, w1, kv_smem, q_smem, p_smem1, ready, empty, qbar, part_o_ptr, part_ml_ptr,
+                            scale_log2, HB, kl, hl, s_l, o_l)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None, None,
                           0, 1, COMP_SHIFT, WIN_SHIFT, False, False, 2, 0, 3)),
         (_hmws_producer, (comp_ptr, win_ptr, topk_row, widx_row, topk, window, c0, c1, w0, w1, comp_page_size,
                           comp_page_bytes, win_page_size, win_page_bytes, kv_smem, ready, empty, None, None, None,
                           0, 1, COMP_SHIFT, WIN_SHIFT, False, False, 2, 1, 3)),
-    ], [WSR_PRODUCER_WARPS, WSR_PRODUCER_WARPS], [WSR_PRODUCER_REGS, WSR_PRODUCER_REGS])
-    if SPLIT and not MERGE:
-        _launch_dependents()
-    if SPLIT:
-        if MERGE:
-            cnt = merge_cnt_ptr + (t64 * gl.num_programs(2) + gl.program_id(2)) * 2
-            flag = _merge_flag(cnt)
-        _store_partial(part_o_ptr, part_ml_ptr, (t64 * gl.num_programs(1) + sp) * n_heads, n_heads, h0, m_i, l_r, o0,
-                       o1, o2, o3, HB, hl, o_l)
-        if MERGE:
-            _merge_barrier(cnt, flag, gl.num_programs(1))
-            _merge_slices(part_o_ptr, part_ml_ptr, sink_ptr, o_ptr, lse_ptr, t64, sp, gl.num_programs(1), n_heads, h0,
-                          HB, MERGE_S, HAS_SINK)
-    else:
-        l_i = gl.sum(l_r, axis=0)
-        # O^T's rows are K's stored dims: each 8-dim group in _group_order's order.
-        od = _dim_of(gl.arange(0, CHUNK, layout=gl.SliceLayout(1, o_l)))
-        oh = h0 + gl.arange(0, HB, layout=gl.SliceLayout(0, o_l))
-        ohm = (oh < n_heads)[None, :]
-        h = h0 + gl.arange(0, HB, layout=hl)
-        hmask = h < n_heads
-        # lse over the keys only; the sink joins o's denominator. No key: o = 0, lse = -inf.
-        has = l_i > 0
-        m_use = gl.where(has, m_i, 0.0)
-        den = l_i
-        if HAS_SINK:
-            den = den + gl.exp2(gl.load(sink_ptr + h, mask=hmask, other=0.0) * LOG2E - m_use)
-        inv = gl.where(has, 1.0 / gl.where(has, den, 1.0), 0.0)
-        lse = gl.where(has, (m_use + gl.log2(gl.where(has, l_i, 1.0))) * LN2, float("-inf"))
-        gl.store(lse_ptr + t64 * n_heads + h, lse, mask=hmask)
-        inv_o = gl.convert_layout(inv, gl.SliceLayout(0, o_l))[None, :]
-        base = o_ptr + (t64 * n_heads + oh[None, :]) * D + od[:, None]
-        gl.store(base, (o0 * inv_o).to(gl.bfloat16), mask=ohm)
-        gl.store(base + CHUNK, (o1 * inv_o).to(gl.bfloat16), mask=ohm)
-        gl.store(base + 2 * CHUNK, (o2 * inv_o).to(gl.bfloat16), mask=ohm)
-        gl.store(base + 3 * CHUNK, (o3 * inv_o).to(gl.bfloat16), mask=ohm)
+    ], [4, WSR_PRODUCER_WARPS, WSR_PRODUCER_WARPS], [WSR_CONSUMER_REGS, WSR_PRODUCER_REGS, WSR_PRODUCER_REGS])
+    _launch_dependents()
+    _store_partial(part_o_ptr, part_ml_ptr, (t64 * 2 * gl.num_programs(1) + 2 * sp) * n_heads, n_heads, h0, m_i, l_r,
+                   o0, o1, o2, o3, HB, hl, o_l)
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws): decode_wgmma_hm_kernel's two warpgroups
 # (64 heads on M) as the consumer, beside a producer warpgroup that reads each tile's records
 # straight from global memory into registers, as FlashMLA's sm90 sparse decode does (two bf16 K

@@ -136,6 +136,10 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     if s == AUTO:
         s = max(1, sm_count(device) // max(1, n_tokens * head_groups))
     per = triton.cdiv(tiles, max(1, min(s, tiles)))
+    if cfg["MMA"] == "wgmma_wsr":
+        # Two tiles a program at least (one per consumer warpgroup), and two partials a program
+        # within MAX_SPLITS.
+        per = max(per, 2, triton.cdiv(tiles, MAX_SPLITS // 2))
     return triton.cdiv(tiles, per), per
 
 
@@ -419,7 +423,10 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
-    part_o, part_ml = _partials(workspace, n_tok, heads, parts, q.device)
+    # The register-producer build's programs write a partial a consumer warpgroup (program sp: 2 sp, 2 sp + 1).
+    pp = cfg["MMA"] == "wgmma_wsr"
+    n_part = 2 * parts if pp else parts
+    part_o, part_ml = _partials(workspace, n_tok, heads, n_part, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
     cluster = cfg["MMA"] in WGMMA_CLUSTER_MMAS
     mod = cluster_module(cf.name, wf.name) if cluster else _wgmma_module(cf.name, wf.name)
@@ -434,7 +441,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
     grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
     takes_merge = name in WGMMA_MERGE_MMAS
-    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
+    merge = takes_merge and not pp and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
     merge_cnt = merge_counters(n_tok * groups, q.device) if merge else topk_idx  # any int32 keeps the signature
     args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
             *((merge_cnt,) if takes_merge else ()),
@@ -442,7 +449,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
             q.stride(0), q.stride(1), topk_idx.stride(0), window_idx.stride(0), per, float(sm_scale) * math.log2(math.e),
             *((ws, cnt, rdy) if takes_share else ()))
     kw: dict[str, Any] = dict(
-        HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=parts > 1,
+        HB=hb, COMP_SHIFT=_pow2_shift(page_size), WIN_SHIFT=_pow2_shift(wps), SPLIT=n_part > 1,
         **({"MERGE": merge, "MERGE_S": triton.next_power_of_2(parts) if merge else 1} if takes_merge else {}),
         HAS_SINK=attn_sink is not None, num_warps=int(cfg["num_warps"]),
         **({"PREFETCH": bool(cfg["PREFETCH"])} if cfg["MMA"] in WGMMA_PREFETCH_MMAS else {}),
@@ -452,11 +459,11 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     if cluster:
         check_once(kernel, grid, args, kw, mod.PEER_OFFSETS)
     kernel[grid](*args, **kw)
-    if parts > 1 and not merge:
+    if n_part > 1 and not merge:
         # The Triton module's merge (WGMMA_MERGE_BACKEND's: the family's `modules` lists it for a
         # bundle's sources), launched as a programmatic dependent: the wgmma kernel releases it
         # after its key loop (sm_90 has PDL).
-        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, parts,
+        launch_combine(_module(cf.name, wf.name, WGMMA_MERGE_BACKEND), part_o, part_ml, sink, o, lse, n_part,
                        attn_sink is not None, pdl=True)
 
 

@@ -144,7 +144,7 @@ def wgmma_case(cf: RecordFormat, wf: RecordFormat, split: bool, heads: int = WGM
         constexprs={"HB": heads, "COMP_SHIFT": 6, "WIN_SHIFT": 6, "SPLIT": split, "HAS_SINK": True, "num_warps": warps,
                     **({"PREFETCH": prefetch} if build and build != "wsr" else {}),
                     **({"SHARE": share} if build == "pv" or (build == "ws" and not heads_on_m) else {}),
-                    **({} if heads_on_m else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1})},
+                    **({} if heads_on_m or build == "wsr" else {"MERGE": merge, "MERGE_S": MERGE_MAX_PARTS if merge else 1})},
         num_warps=warps,
         num_stages=1,
         detail=f"{cf.name}+{wf.name}" + (" split" if split else "") + (f" {heads} heads {warps} warps" if warps != 4 else "")
