@@ -12,7 +12,7 @@
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
 #   bash benchmarks/h200_session.sh wsr              # its register-producer form (MMA=wgmma_wsr) beside it: timings,
-#                                                    # both timelines at 16 heads T=64, its GPU test (bit for bit ws)
+#                                                    # its GPU test, both timelines at 16 heads T=64
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
 #   bash benchmarks/h200_session.sh prefetch-tests   # GPU tests of the QK / PV split and the PREFETCH=1 builds
 #   bash benchmarks/h200_session.sh prefetch         # their timings beside the builds without it
@@ -356,22 +356,17 @@ for phase in "$@"; do
       --only "warp-specialised, splits auto" --out "$OUT/results" >"$OUT/bench_decode_ws.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_ws.log"
     ;;
-  wsr)  # the register-producer build (MMA=wgmma_wsr, 2026-12-07, compiled on the CPU only before): its timings beside
-    # ws at 16 and 128 heads (HEADS overrides) on both of issue 28's pairs (each launch checked against float64 first);
-    # then patches/decode_wsr_fa3_order.patch applied (the copy stays patched) and wsr timed again; its GPU test (bit
-    # for bit ws) on the patched tree; the traced timelines of ws and wsr at 16 heads T=64 with the time left
+  wsr)  # the register-producer build (MMA=wgmma_wsr: two register-loading producers, two consumer warpgroups, three K
+    # buffers; 2026-12-07): its timings beside ws at 16 and 128 heads (HEADS overrides) on both of issue 28's pairs
+    # (WSR_PAIRS overrides; each launch checked against float64 first), its GPU tests (WSR_K narrows them), then the
+    # traced timelines of ws and wsr at 16 heads T=64 with the time left
     hargs=(); for h in ${HEADS:-16 128}; do hargs+=(--heads "$h"); done
-    hm=(python3 benchmarks/bench_decode_hm.py "${hargs[@]}" --pair nvfp4_288+fp8_528 --pair fp8_584+fp8_584)
-    timeout $(( $(left) * 2 / 5 )) "${hm[@]}" --only "=warp-specialised, splits auto" \
-      --only "register producers, splits auto" --out "$OUT/results" >"$OUT/bench_decode_wsr.log" 2>&1
+    pargs=(); for p in ${WSR_PAIRS:-nvfp4_288+fp8_528 fp8_584+fp8_584}; do pargs+=(--pair "$p"); done
+    timeout $(( $(left) / 2 )) python3 benchmarks/bench_decode_hm.py "${hargs[@]}" "${pargs[@]}" \
+      --only "=warp-specialised, splits auto" --only "register producers, splits auto" --out "$OUT/results" \
+      >"$OUT/bench_decode_wsr.log" 2>&1
     echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_wsr.log"
-    if [ -f benchmarks/patches/decode_wsr_fa3_order.patch ]; then
-      apply_patch decode_wsr_fa3_order.patch
-      timeout $(( $(left) / 3 )) "${hm[@]}" --only "register producers, splits auto" --out "$OUT/results/fa3_order" \
-        >"$OUT/bench_decode_wsr_fa3.log" 2>&1
-      echo "bench_decode_hm rc=$?" >>"$OUT/bench_decode_wsr_fa3.log"
-    fi
-    timeout $(( $(left) * 2 / 3 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "wsr" \
+    timeout $(( $(left) * 3 / 4 )) python3 -m pytest -q $XDIST tests/tuner/test_decode_wgmma.py -k "${WSR_K:-wsr}" \
       -p no:cacheprovider -rA >"$OUT/results/pytest_decode_wsr_gpu.log" 2>&1
     echo "pytest rc=$?" >>"$OUT/results/pytest_decode_wsr_gpu.log"
     timeout $(( $(left) - 5 )) python3 benchmarks/decode_timeline.py --pair nvfp4_288+fp8_528 --build wgmma_ws \
