@@ -56,10 +56,13 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # own) was correct and slower at every T on an H100 (2026-12-07: 16 heads T=64 18.89 against 17.30
 # us; the tile period stayed 1.77 us, both sides slowed by what they share:
 # benchmarks/results/decode_wsp_h100.md) and is gone (`git show 6b41688`).
-# Its register-producer form (MMA=wgmma_wsr, decode_wgmma_wsr_kernel, 2026-12-07): the same consumer
-# over three K buffers, filled by two producer warpgroups taking the tiles in turn, each loading its
-# tile's records into registers as the heads-on-M producer does: no stage buffers (the third K
-# buffer takes their room), so any pair the wgmma path reads fits (`wgmma_wsr_shared_bytes`).
+# Its register-producer form (MMA=wgmma_wsr, decode_wgmma_wsr_kernel, 2026-12-07): three K buffers,
+# two producer warpgroups loading each tile's records into registers (the heads-on-M producer's
+# way) and two consumer warpgroups, each pair taking the tiles in turn; no stage buffers (the third
+# K buffer takes their room), so any pair the wgmma path reads fits (`wgmma_wsr_shared_bytes`).
+# Each consumer writes a partial, so a program writes two, takes two tiles at least (`wgmma_plan`)
+# and never merges in the kernel. Its form with one consumer was correct and slower than ws
+# (H100, benchmarks/results/decode_wsr_h100.md); this one is compiled on the CPU only: not seeded.
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
 # layout of the work: "wgmma_hm"'s two warpgroups (64 heads on M) consume two bf16 K tiles that a

@@ -1666,14 +1666,19 @@ def _ws_consumer_pp1(q_ptr, n_heads, h0, t64, sp, stride_qt, stride_qh, topk_row
                    l_r, o0, o1, o2, o3, HB, hl, o_l)
 
 
-# The register-producer build (MMA=wgmma_wsr): the warp-specialised kernel's consumer over three K
-# buffers, filled by two producer warpgroups that take a program's tiles in turn (running number
-# i: producer i & 1, K buffer i % 3), each loading its tile's records from global memory straight
-# into registers as the heads-on-M producer does (_hmws_producer). No stage buffers: the third K
-# buffer takes their room, and no tile's records pass through shared memory before their
-# conversion (the ws tile's ~263 KB of shared-memory traffic less 2 x 18-33 KB, by arithmetic). A
-# producer's loads still wait out their trip before its conversion, but two producers overlap
-# their trips, and with three buffers neither waits on the consumer's release of the tile before.
+# The register-producer build (MMA=wgmma_wsr): three K buffers, two producer warpgroups and two
+# consumer warpgroups, each pair taking a program's tiles in turn (running number i: producer and
+# consumer i & 1, K buffer i % 3). A producer loads its tile's records from global memory straight
+# into registers and converts them as the heads-on-M producer does (_hmws_producer); no stage
+# buffers (the third K buffer takes their room). A consumer is _ws_consume_pp (the ping-pong
+# consumers of 6b41688): one's softmax runs under the other's MMAs, and each writes a partial.
+# Why: at 16 heads T=64 the ws consumer computes 1.63-1.77 us of each 1.83-1.88 us tile (H100,
+# benchmarks/results/decode_timeline_wsr_h16_t64_h100.md), so two consumers could halve that bound,
+# but the ping-pong form over ws's one 8-warp producer (1.2-1.5 us a tile) was bound by it; two
+# register producers take a tile each in ~2.0 us, ~1.0 us a tile together. The form with one
+# consumer (same producers) was correct and slower than ws at 11 of 12 rows: decode_wsr_h100.md.
+# Registers: 128 a thread in every partition (16 warps); static sm_90: 72 / 140 bytes of spills
+# (V4.1 / V4 pair), the consumers' loops one spill load and store a trip.
 WSR_PRODUCER_WARPS = gl.constexpr(4)
 WSR_PRODUCER_REGS = gl.constexpr(128)
 WSR_CONSUMER_REGS = gl.constexpr(128)
