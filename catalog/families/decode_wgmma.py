@@ -278,10 +278,10 @@ def wgmma_ws_reads(comp_fmt: str | RecordFormat, win_fmt: str | RecordFormat) ->
 def wgmma_wsr_shared_bytes() -> int:
     """Shared memory of a register-producer warp-specialised program (16 heads), any pair: three
     tiles' four bf16 K chunks, each consumer warpgroup's P^T, the query (no stage buffers: its
-    producers load the records into registers), and 1112 bytes of its seven mbarriers and the
+    producers load the records into registers), and 1144 bytes of its thirteen mbarriers and the
     region's own state (the compiler's count beyond the buffers, both of issue 28's pairs,
-    2026-12-07: 218200 bytes)."""
-    return _mma_bytes(WGMMA_HEADS, k_tiles=3) + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 1112
+    2026-12-08: 218232 bytes)."""
+    return _mma_bytes(WGMMA_HEADS, k_tiles=3) + WGMMA_HEADS * WGMMA_BLOCK_N * 2 + 1144
 
 
 def wgmma_hmws_shared_bytes() -> int:

@@ -451,14 +451,40 @@ def _record_rows(slot, page_size, page_bytes, area, l: gl.constexpr, ROW: gl.con
 
 @gluon.jit
 def _kbuf(i, NBUF: gl.constexpr):
-    # The K buffer of a program's tile i (of NBUF, used in turn) and the parity of its use: the
-    # mbarrier phase its ready and empty words are waited for with.
+    # A program's tile i: its K buffer u and the index r of its ready / empty mbarriers (their
+    # phases: _kready, _kempty). NBUF 2 (one producer, one consumer): buffer and barriers i & 1.
+    # NBUF 3 (MMA=wgmma_wsr: producer and consumer p take the tiles of parity p, K buffer i % 3):
+    # with two of each, words shared by both pairs could be waited for a phase early (a consumer two
+    # tiles ahead of the other pair's producer reads the parity of the phase before), so each pair
+    # has its own three, r = 3 (i & 1) + (i // 2) % 3, used by tiles i, i + 6, ... of one pair in
+    # order. empty[r] is where tile i's producer waits for the tile before it in buffer u (i - 3, the
+    # other pair's: its consumer arrives on empty[r(i)]); the kernel arrives once on those of tiles
+    # 0-2, which have none.
     u = i & 1
-    ph = (i >> 1) & 1
+    r = u
     if NBUF != 2:
         u = i % NBUF
-        ph = (i // NBUF) & 1
-    return u, ph
+        r = (i & 1) * 3 + (i // 2) % 3
+    return u, r
+
+
+@gluon.jit
+def _kready(i, NBUF: gl.constexpr):
+    # The phase tile i's ready word is waited for with (_kbuf).
+    if NBUF == 2:
+        return (i >> 1) & 1
+    else:
+        return (i // 6) & 1
+
+
+@gluon.jit
+def _kempty(i, NBUF: gl.constexpr):
+    # The phase tile i's producer waits for its empty word with: NBUF 2, passing at once on each
+    # buffer's first use; NBUF 3, the kernel's first arrival or the tile before's release (_kbuf).
+    if NBUF == 2:
+        return ((i >> 1) & 1) ^ 1
+    else:
+        return (i // 6) & 1
 
 
 @gluon.jit
@@ -1509,9 +1535,9 @@ def _ws_consume_list(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, ready
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u, ph = _kbuf(i, 2)
+        u, _ = _kbuf(i, 2)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(u), ph)
+        mbarrier.wait(ready.index(u), _kready(i, 2))
         # This tile's S issued behind the previous tile's PV MMAs, which were left in flight: the
         # tensor cores go from one to the other with no wait, barrier or mbarrier between. Both
         # waited for at once (waiting for the PV MMAs alone, wait_group 4, makes ptxas serialize
@@ -1534,9 +1560,9 @@ def _ws_consume_list_hm(idx_row, n_keys, t0, t1, i0, kv_smem, q_smem, p_smem, re
     slot = _slots(idx_row, lim, t0 * BLOCK_N, kl)
     for t in range(t0, t1):
         i = i0 + t - t0
-        u, ph = _kbuf(i, 2)
+        u, _ = _kbuf(i, 2)
         slot_n = _slots(idx_row, lim, (t + 1) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(u), ph)
+        mbarrier.wait(ready.index(u), _kready(i, 2))
         m_i, l_r, o0, o1, o2, o3 = _attend_hm(kv_smem, q_smem, p_smem, t >> 31, (t >> 31) + u, slot >= 0, m_i, l_r,
                                               o0, o1, o2, o3, scale_log2, K_UNIT, s_l, o_l, True, False)
         gl.thread_barrier()
@@ -1590,23 +1616,24 @@ def _ws_consume_pp(idx_row, n_keys, t0, t1, i0, WG: gl.constexpr, kv_smem, q_sme
                    o0, o1, o2, o3, scale_log2, K_UNIT: gl.constexpr, kl: gl.constexpr, s_l: gl.constexpr,
                    o_l: gl.constexpr):
     # Consumer warpgroup WG of MMA=wgmma_wsr's two: the tiles of running number i = i0 + t - t0 with
-    # i & 1 == WG, in K buffer i % 3 (_kbuf). Its MMAs are waited for within the tile (the other
-    # warpgroup's run meanwhile), then the buffer goes back.
+    # i & 1 == WG, in K buffer i % 3 (_kbuf: its barriers). Its MMAs are waited for within the tile
+    # (the other warpgroup's run meanwhile), then the buffer goes back to tile i + 3's producer.
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     ts = t0 + ((WG + i0) & 1)
     slot = _slots(idx_row, lim, ts * BLOCK_N, kl)
     for t in range(ts, t1, 2):
         i = i0 + t - t0
-        u, ph = _kbuf(i, 3)
+        u, r = _kbuf(i, 3)
+        _, r_next = _kbuf(i + 3, 3)
         slot_n = _slots(idx_row, lim, (t + 2) * BLOCK_N, kl)
-        mbarrier.wait(ready.index(u), ph)
+        mbarrier.wait(ready.index(r), _kready(i, 3))
         kz = (t >> 31) + u
         s = warpgroup_mma_wait(0, deps=(_qk(kv_smem, q_smem, t >> 31, kz, m_i.shape[0], s_l),))
         m_i, l_r, o0, o1, o2, o3 = _softmax_pv(kv_smem, p_smem, t >> 31, kz, s, slot >= 0, m_i, l_r, o0, o1, o2,
                                                o3, scale_log2, K_UNIT, o_l)
         o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=(o0, o1, o2, o3))
         gl.thread_barrier()
-        mbarrier.arrive(empty.index(u))
+        mbarrier.arrive(empty.index(r_next))
         slot = slot_n
     return m_i, l_r, o0, o1, o2, o3
 
@@ -1833,11 +1860,13 @@ def decode_wgmma_wsr_kernel(
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
     q_sl: gl.constexpr = _lay(gl.NVMMASharedLayout.get_default_for([HB, CHUNK], gl.bfloat16))
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, HB, CHUNK], q_sl)
-    ready = gl.allocate_shared_memory(gl.int64, [3, 1], _lay(mbarrier.MBarrierLayout()))
-    empty = gl.allocate_shared_memory(gl.int64, [3, 1], _lay(mbarrier.MBarrierLayout()))
-    for b in gl.static_range(3):
+    ready = gl.allocate_shared_memory(gl.int64, [6, 1], _lay(mbarrier.MBarrierLayout()))
+    empty = gl.allocate_shared_memory(gl.int64, [6, 1], _lay(mbarrier.MBarrierLayout()))
+    for b in gl.static_range(6):
         mbarrier.init(ready.index(b), count=1)
         mbarrier.init(empty.index(b), count=1)
+    for i in gl.static_range(3):  # tiles 0-2 have no tile before them in their K buffer (_kbuf)
+        mbarrier.arrive(empty.index((i & 1) * 3 + i // 2))
     qbar = gl.allocate_shared_memory(gl.int64, [1], _lay(mbarrier.MBarrierLayout()))
     mbarrier.init(qbar, count=1)
     p_smem1 = gl.allocate_shared_memory(gl.bfloat16, [1, HB, BLOCK_N], p_sl)
@@ -1908,7 +1937,8 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     # STEP 2: the tiles of running number PAR modulo 2 only (one of MMA=wgmma_wsr's two producers),
-    # in NBUF K buffers (_kbuf).
+    # in NBUF K buffers (_kbuf: buffer u, barriers r).
+    gl.static_assert(NBUF == 2 or not SHARE)
     L3: gl.constexpr = _comp_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     ts = t0
@@ -1918,7 +1948,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
     slot_n = _slots(idx_row, lim, (ts + STEP) * BLOCK_N, kl)
     for t in range(ts, t1, STEP):
         i = i0 + t - t0
-        u, ph = _kbuf(i, NBUF)
+        u, r = _kbuf(i, NBUF)
         slot_nn = _slots(idx_row, lim, (t + 2 * STEP) * BLOCK_N, kl)  # past the list: -1
         mine = True  # without SHARE every tile is this program's to convert
         gen = 0
@@ -1933,7 +1963,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             b3, sb3 = _comp_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-            mbarrier.wait(empty.index(u), ph ^ 1)  # K buffer u's last MMAs are done
+            mbarrier.wait(empty.index(r), _kempty(i, NBUF))  # K buffer u's last MMAs are done
             kz = (t >> 31) + u
             kv_smem[0].index(kz).store(_comp_chunk(b0, sb0, L3))
             kv_smem[1].index(kz).store(_comp_chunk(b1, sb1, L3))
@@ -1941,7 +1971,7 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
             kv_smem[3].index(kz).store(_comp_chunk(b3, sb3, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written
-            mbarrier.arrive(ready.index(u))
+            mbarrier.arrive(ready.index(r))
             if SHARE:
                 _share_put((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen)
@@ -1951,8 +1981,8 @@ def _hmws_produce_comp(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_b
                     _comp_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
                 kz = (t >> 31) + u
                 _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
-                           share_rdy + tile0 + i, gen, empty.index(u),
-                           ph ^ 1, ready.index(u))
+                           share_rdy + tile0 + i, gen, empty.index(r),
+                           _kempty(i, NBUF), ready.index(r))
         if PREFETCH:
             if NXT:
                 if t == ts:  # here, where no record is held in registers
@@ -1978,7 +2008,8 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
     # before any load, the trip of its slots held back every load of the program (H200,
     # 2026-12-05: prologue 1.0 -> 3.3 us; T = 1 and 8 1.0-1.3 us slower than without PREFETCH).
     # STEP 2: the tiles of running number PAR modulo 2 only (one of MMA=wgmma_wsr's two producers),
-    # in NBUF K buffers (_kbuf).
+    # in NBUF K buffers (_kbuf: buffer u, barriers r).
+    gl.static_assert(NBUF == 2 or not SHARE)
     L3: gl.constexpr = _win_l3w(gl.num_warps(), SHARE, PREFETCH)  # (see _hmws_producer's kl)
     lim = gl.minimum(n_keys, t1 * BLOCK_N)
     ts = t0
@@ -1988,7 +2019,7 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
     slot_n = _slots(idx_row, lim, (ts + STEP) * BLOCK_N, kl)
     for t in range(ts, t1, STEP):
         i = i0 + t - t0
-        u, ph = _kbuf(i, NBUF)
+        u, r = _kbuf(i, NBUF)
         slot_nn = _slots(idx_row, lim, (t + 2 * STEP) * BLOCK_N, kl)  # past the list: -1
         mine = True  # without SHARE every tile is this program's to convert
         gen = 0
@@ -2003,7 +2034,7 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             b3, sb3 = _win_fetch(cache_ptr, slot, page_size, page_bytes, 3, L3, SHIFT)
             if PREFETCH:  # after this tile's loads, which are the ones waited for next
                 _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
-            mbarrier.wait(empty.index(u), ph ^ 1)  # K buffer u's last MMAs are done
+            mbarrier.wait(empty.index(r), _kempty(i, NBUF))  # K buffer u's last MMAs are done
             kz = (t >> 31) + u
             kv_smem[0].index(kz).store(_win_chunk(b0, sb0, L3))
             kv_smem[1].index(kz).store(_win_chunk(b1, sb1, L3))
@@ -2011,7 +2042,7 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
             kv_smem[3].index(kz).store(_win_chunk(b3, sb3, L3))
             fence_async_shared()
             gl.thread_barrier()  # all of K written
-            mbarrier.arrive(ready.index(u))
+            mbarrier.arrive(ready.index(r))
             if SHARE:
                 _share_put((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
                            share_rdy + tile0 + i, gen)
@@ -2021,8 +2052,8 @@ def _hmws_produce_win(cache_ptr, idx_row, n_keys, t0, t1, i0, page_size, page_by
                     _win_prefetch(cache_ptr, slot_n, page_size, page_bytes, SHIFT)
                 kz = (t >> 31) + u
                 _share_get((kv_smem[0].index(kz), kv_smem[1].index(kz), kv_smem[2].index(kz), kv_smem[3].index(kz)), at,
-                           share_rdy + tile0 + i, gen, empty.index(u),
-                           ph ^ 1, ready.index(u))
+                           share_rdy + tile0 + i, gen, empty.index(r),
+                           _kempty(i, NBUF), ready.index(r))
         if PREFETCH:
             if NXT:
                 if t == ts:  # here, where no record is held in registers
