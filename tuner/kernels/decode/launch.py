@@ -409,9 +409,9 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     """`decode` on the wgmma path (arguments already checked there; it takes no counters): the
     build the config names (MMA=wgmma: HB = 16 or 32 heads a program on the MMAs' N; wgmma_hm:
     64 heads a program on their M; wgmma_ws: 16 heads on N, warp-specialised (wgmma_wsr: with
-    register-loading producers and three K buffers); wgmma_hmpvc: the QK / PV split's 64-head
-    programs in 2-CTA clusters, from the cluster render, launched with num_ctas=2 after its buffers'
-    offsets are checked once a specialisation)."""
+    register-loading producers, three K buffers and two consumers, a partial each); wgmma_hmpvc:
+    the QK / PV split's 64-head programs in 2-CTA clusters, from the cluster render, launched with
+    num_ctas=2 after its buffers' offsets are checked once a specialisation)."""
     if q.device.type != "cuda" or interpreting():
         raise ValueError(f"MMA=wgmma runs on an sm_90 GPU only, not on {q.device}"
                          + (f" ({WGMMA_ILLEGAL['interp']})" if interpreting() else ""))
@@ -423,7 +423,8 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     groups = triton.cdiv(heads, hb)
     topk, window = topk_idx.shape[1], window_idx.shape[1]
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
-    # The register-producer build's programs write a partial a consumer warpgroup (program sp: 2 sp, 2 sp + 1).
+    # The register-producer build's programs write a partial a consumer warpgroup (program sp: 2 sp,
+    # 2 sp + 1), so decode_combine always merges (it does not take MERGE: WGMMA_MERGE_MMAS).
     pp = cfg["MMA"] == "wgmma_wsr"
     n_part = 2 * parts if pp else parts
     part_o, part_ml = _partials(workspace, n_tok, heads, n_part, q.device)
@@ -441,7 +442,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     # A cluster's two CTAs take two head groups (grid axis 2 counts clusters, rank picks the group).
     grid = (n_tok, parts, groups // WGMMA_CLUSTER_CTAS if cluster else groups)
     takes_merge = name in WGMMA_MERGE_MMAS
-    merge = takes_merge and not pp and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
+    merge = takes_merge and cfg["COMBINE"] == "fused" and merge_fits(parts, n_tok * parts * groups, q.device)
     merge_cnt = merge_counters(n_tok * groups, q.device) if merge else topk_idx  # any int32 keeps the signature
     args = (q, comp_cache, topk_idx, win_cache, window_idx, sink, o, lse, part_o, part_ml,
             *((merge_cnt,) if takes_merge else ()),
