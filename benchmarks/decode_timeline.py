@@ -102,8 +102,10 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                 if v is not None:
                     phases[name].append(v)
         for r, nxt in zip(rows, rows[1:]):  # a producer's whole trip, and what follows its conversion
-            for name, ev in (("producer trip", P_TOP), ("producer loop tail", P_DONE)):
-                if r[ev] and nxt[P_TOP]:
+            # (only where one producer takes both tiles: MMA=wgmma_wsr's two take them in turn, and
+            # the next tile's trip starts before this one's conversion ends)
+            if r[P_DONE] and nxt[P_TOP] >= r[P_DONE]:
+                for name, ev in (("producer trip", P_TOP), ("producer loop tail", P_DONE)):
                     phases[name].append((nxt[P_TOP] - r[ev]) * us)
         if rows[0][P_TOP]:
             phases["prologue"].append((rows[0][P_TOP] - start[0]) * us)

@@ -63,6 +63,8 @@ WGMMA_WS_WARPS = 4  # the consumer's; the producer's come with the warp-speciali
 # Each consumer writes a partial, so a program writes two, takes two tiles at least (`wgmma_plan`)
 # and never merges in the kernel. Its form with one consumer was correct and slower than ws
 # (H100, benchmarks/results/decode_wsr_h100.md); this one is compiled on the CPU only: not seeded.
+# The builds whose programs write two partials each (a consumer warpgroup's each).
+WGMMA_TWO_PARTIAL_MMAS: tuple[str, ...] = ("wgmma_wsr",)
 
 # The heads-on-M warp-specialised build (MMA=wgmma_hmws, decode_wgmma_hmws_kernel), FlashMLA's
 # layout of the work: "wgmma_hm"'s two warpgroups (64 heads on M) consume two bf16 K tiles that a

@@ -74,6 +74,11 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     assert (got["producer copy issue"], got["producer slot loads"], got["producer copy wait"]) == (0.2, 0.1, 0.7)
     assert (got["producer trip"], got["producer loop tail"]) == (2.0, 0.25)
     assert "producer copy issue" not in summarise(progs, [3, 3, 0])  # builds without those stamps
+    # Two producers taking the tiles in turn (MMA=wgmma_wsr): a tile's trip starts before the one
+    # before it ends its conversion, so no trip or tail is read across them.
+    turns = [{P_TOP: 2000 * i + 2, P_DONE: 2000 * i + 3502, C_DONE: 2000 * i + 3800} for i in range(3)]
+    got = summarise([_program(2.0, turns)], [3])
+    assert "producer trip" not in got and "producer loop tail" not in got and got["tile period"] == 1.0
 
 
 def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90() -> None:

@@ -20,8 +20,8 @@ from catalog.families.decode import (AUTO, MAX_HEADS, MAX_SPLITS, WGMMA_MAX_HEAD
                                      has_e2m1, render_variant, render_wgmma, space)
 from catalog.families.decode_wgmma import (WGMMA_BLOCK_N, WGMMA_CLUSTER_CTAS, WGMMA_CLUSTER_MMAS, WGMMA_HM_HEADS,
                                            WGMMA_HM_MMAS, WGMMA_ILLEGAL, WGMMA_MERGE_BACKEND, WGMMA_PREFETCH_MMAS,
-                                           WGMMA_MERGE_MMAS, WGMMA_SHARE_MMAS, is_wgmma, wgmma_heads,
-                                           wgmma_legality)
+                                           WGMMA_MERGE_MMAS, WGMMA_SHARE_MMAS, WGMMA_TWO_PARTIAL_MMAS, is_wgmma,
+                                           wgmma_heads, wgmma_legality)
 from catalog.formats import RecordFormat, page_bytes
 from templates import render as R
 from tuner.kernels.base import sm_count
@@ -136,7 +136,7 @@ def wgmma_plan(cfg: Config, n_tokens: int, topk: int, window: int, device: torch
     if s == AUTO:
         s = max(1, sm_count(device) // max(1, n_tokens * head_groups))
     per = triton.cdiv(tiles, max(1, min(s, tiles)))
-    if cfg["MMA"] == "wgmma_wsr":
+    if cfg["MMA"] in WGMMA_TWO_PARTIAL_MMAS:
         # Two tiles a program at least (one per consumer warpgroup), and two partials a program
         # within MAX_SPLITS.
         per = max(per, 2, triton.cdiv(tiles, MAX_SPLITS // 2))
@@ -425,7 +425,7 @@ def _decode_wgmma(q: torch.Tensor, comp_cache: torch.Tensor, cf: RecordFormat, t
     parts, per = wgmma_plan(cfg, n_tok, topk, window, q.device, groups)
     # The register-producer build's programs write a partial a consumer warpgroup (program sp: 2 sp,
     # 2 sp + 1), so decode_combine always merges (it does not take MERGE: WGMMA_MERGE_MMAS).
-    pp = cfg["MMA"] == "wgmma_wsr"
+    pp = cfg["MMA"] in WGMMA_TWO_PARTIAL_MMAS
     n_part = 2 * parts if pp else parts
     part_o, part_ml = _partials(workspace, n_tok, heads, n_part, q.device)
     sink = attn_sink if attn_sink is not None else lse  # never read without HAS_SINK
