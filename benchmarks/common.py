@@ -123,10 +123,9 @@ def alu_share(ops: Mapping[str, int]) -> int:
     return sum(k for op, k in ops.items() if op in ALU_OPS)
 
 
-def sass_ops(cubin: bytes) -> list[SassOp]:
-    """The SASS instructions of a cubin in order, NOPs left out, disassembled on the CPU with the
-    cuobjdump that ships with Triton (no GPU or driver needed)."""
-    import re
+def sass_text(cubin: bytes) -> str:
+    """A cubin disassembled on the CPU with the cuobjdump that ships with Triton (no GPU or driver
+    needed): cuobjdump's text, operands included."""
     import subprocess
     import tempfile
 
@@ -134,7 +133,14 @@ def sass_ops(cubin: bytes) -> list[SassOp]:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "k.cubin"
         path.write_bytes(cubin)
-        sass = subprocess.run([str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def sass_ops(cubin: bytes) -> list[SassOp]:
+    """The SASS instructions of a cubin in order, NOPs left out (sass_text's)."""
+    import re
+
+    sass = sass_text(cubin)
     ops = []
     for line in sass.splitlines():
         # "/*0a40*/  @!P0 LDG.E.128 R4, ..." -> LDG (addresses grow past 4 hex digits in big kernels)

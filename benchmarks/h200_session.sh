@@ -11,6 +11,8 @@
 #   bash benchmarks/h200_session.sh combine-sweep    # decode_combine alone, by (T, heads, partials) and tile
 #   bash benchmarks/h200_session.sh decode           # decode bench (checks at T=1..64, then sweeps)
 #   bash benchmarks/h200_session.sh ws               # the warp-specialised decode build: GPU tests, both pairs timed
+#   bash benchmarks/h200_session.sh wgmma-rate       # cycles a wgmma at the decode tile's shapes (A from shared
+#                                                    # memory or registers, N 8-256, one or two programs an SM; ~1 min)
 #   bash benchmarks/h200_session.sh wsr              # its register-producer form (MMA=wgmma_wsr) beside it: timings,
 #                                                    # its GPU test, both timelines at 16 heads T=64
 #   bash benchmarks/h200_session.sh heads-on-m       # the heads-on-M builds (plain and warp-specialised): the same
@@ -80,7 +82,7 @@ apply_patch() {
     { echo "$phase: $1 does not apply; nothing run"; exit 1; }
 }
 
-PHASES="tables|wsr|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|ab-logits|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
+PHASES="tables|wgmma-rate|wsr|merge-tests|merge-share|combine-sweep|cluster|ab-cluster|ab-decode|ab-logits|timeline-cluster|pack|pack-584|pack-onerun|pack-tests|pack-e2m1|patch|pack-tune|heads-table|share|resident|cluster-probe|heads-on-m|prefetch-tests|prefetch|timeline|ncu-producer|ws|logits|decode|decode-heads|tune|breakdown|logits-breakdown|logits-tests|wgmma-tests|decode-wgmma-tests|gpu-tests"
 [ $# -gt 0 ] || { echo "usage: $0 $PHASES ..." >&2; exit 2; }
 for phase in "$@"; do
   echo "== $phase ($(left) s left)"
@@ -90,6 +92,12 @@ for phase in "$@"; do
       --time-limit "${TABLES_S:-$(( $(left) - 15 ))}" --precompile-jobs 14 --out-dir "$OUT/tables" --resume \
       >>"$OUT/tables.log" 2>&1
     echo "record_table rc=$?" >>"$OUT/tables.log"
+    ;;
+  wgmma-rate)  # what one wgmma costs at the decode tile's shapes (benchmarks/wgmma_rate_probe.py), its MMAs checked
+    timeout $(( $(left) - 5 )) python3 benchmarks/wgmma_rate_probe.py --out "$OUT/results" >"$OUT/wgmma_rate.log" 2>&1
+    echo "wgmma_rate_probe rc=$?" >>"$OUT/wgmma_rate.log"
+    timeout $(( $(left) - 5 )) python3 -m pytest -q tests/tuner/test_wgmma_rate_probe.py -p no:cacheprovider -rA \
+      >>"$OUT/wgmma_rate.log" 2>&1
     ;;
   logits)
     l_s=${LOGITS_S:-$(( $(left) - 10 ))}

@@ -1,0 +1,48 @@
+"""benchmarks/wgmma_rate_probe.py: the wgmma shapes it times are the decode tile's (m64nNk16 bf16,
+A from shared memory K-major as MMA 1 reads K, MN-major as PV reads K^T, or from registers), 32 a
+tile waited for once; on an sm_90 GPU its MMAs compute what they should."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _probe(*args: str) -> subprocess.CompletedProcess:
+    # A process of its own: Triton compiles there (this one may run under TRITON_INTERPRET).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "benchmarks/wgmma_rate_probe.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_rate_probe_issues_the_decode_tiles_wgmma_forms_for_sm90() -> None:
+    got = _probe("--static", "--ns", "16,64")
+    assert got.returncode == 0, got.stdout + got.stderr
+    rows = {tuple(c.strip() for c in r.split("|")[1:3]): r.split("|")[3].strip()
+            for r in got.stdout.splitlines() if r.startswith("| ") and not r.startswith("| A operand")}
+    want = {"ss": "desc", "ss_t": "desc.tnspA", "rs": "R"}
+    assert rows == {
+        (mode, str(n)): f"32 x HGMMA.64x{n}x16.F32.BF16 {form}; 1 waits" for mode, form in want.items() for n in (16, 64)
+    }, got.stdout
+
+
+@pytest.mark.skipif(not SM90, reason="times wgmmas on an sm_90 GPU")
+def test_rate_probe_mmas_compute_their_products_on_sm90() -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.wgmma_rate_probe import MODES, run
+
+    for mode in MODES:
+        for n in (16, 64):
+            spans, sums, want = run(mode, n, grid=4, reps=3)
+            torch.cuda.synchronize()
+            err = (sums.double() - want[None, :]).abs().max() / want.abs().max()
+            assert err < 1e-5, (mode, n, float(err))
+            assert bool((spans > 0).all()), (mode, n, spans)
