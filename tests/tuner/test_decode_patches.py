@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.static_sm90 import static_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "benchmarks" / "patches").glob("*.patch"))
 
@@ -84,3 +86,19 @@ def test_a_stacked_patch_applies_after_the_one_it_names(tmp_path: Path) -> None:
     assert _chain(tmp_path / "c.patch") == [tmp_path / "a.patch", tmp_path / "b.patch", tmp_path / "c.patch"]
 
 
+
+
+PDL_WAIT = ROOT / "benchmarks" / "patches" / "decode_pdl_wait.patch"
+
+
+@pytest.mark.skipif(not PDL_WAIT.exists(), reason="decode_pdl_wait.patch has landed or gone")
+def test_pdl_wait_patch_adds_one_instruction_to_each_build(patched_tree: Callable[[Path], Path]) -> None:
+    # Each wgmma build's programs wait for the grid before them first (griddepcontrol.wait: one
+    # SASS instruction), so the launcher may launch them as its programmatic dependents; nothing
+    # else of a build changes (registers, spills, shared memory, every other instruction).
+    fmt = "nvfp4_288,fp8_528"
+    for cfg in ("MMA=wgmma", "MMA=wgmma_ws", "MMA=wgmma_hmpv,PREFETCH=1"):
+        was, now = static_profile(fmt, cfg), static_profile(fmt, cfg, patched_tree(PDL_WAIT))
+        assert (now["registers"], now["spills"], now["shared_bytes"]) == \
+            (was["registers"], was["spills"], was["shared_bytes"]), (cfg, now, was)
+        assert now["sass"] == was["sass"] + 1 and now["ops"] == was["ops"], (cfg, now["ops"], was["ops"])
