@@ -102,3 +102,20 @@ def test_pdl_wait_patch_adds_one_instruction_to_each_build(patched_tree: Callabl
         assert (now["registers"], now["spills"], now["shared_bytes"]) == \
             (was["registers"], was["spills"], was["shared_bytes"]), (cfg, now, was)
         assert now["sass"] == was["sass"] + 1 and now["ops"] == was["ops"], (cfg, now["ops"], was["ops"])
+
+
+PARTIAL_ROWS = ROOT / "benchmarks" / "patches" / "decode_partial_rows.patch"
+
+
+@pytest.mark.skipif(not PARTIAL_ROWS.exists(), reason="decode_partial_rows.patch has landed or gone")
+def test_partial_rows_patch_stores_partials_in_vectors(patched_tree: Callable[[Path], Path]) -> None:
+    # The heads-on-N builds' partial O stored by _store_rows through the free K buffers: a
+    # thread's 64 one-value stores become 16 16-byte ones (plus the 8 of the (max, sum) pairs), four
+    # CTA barriers more, the same shared memory, no spills, registers within one of before.
+    for fmt, cfg in (("nvfp4_288,fp8_528", "MMA=wgmma"), ("nvfp4_288,fp8_528", "MMA=wgmma_ws"),
+                     ("fp8_584,fp8_584", "MMA=wgmma,num_warps=8")):
+        was, now = static_profile(fmt, cfg), static_profile(fmt, cfg, patched_tree(PARTIAL_ROWS))
+        assert (was["ops"]["st.global"], now["ops"]["st.global"]) == (72, 24), (fmt, cfg, now["ops"], was["ops"])
+        assert now["ops"]["barrier"] == was["ops"]["barrier"] + 4, (fmt, cfg, now["ops"], was["ops"])
+        assert now["spills"] == was["spills"] == 0 and now["shared_bytes"] == was["shared_bytes"], (fmt, cfg, now, was)
+        assert abs(now["registers"] - was["registers"]) <= 1, (fmt, cfg, now["registers"], was["registers"])
