@@ -48,7 +48,11 @@ S_IN, S_READY = 10, 11
 # The ws producer's trip between P_TOP and P_LANDED: the next tile's copies issued (and committed),
 # then the slots two tiles ahead loaded (their loads issued; they land at their use a trip later).
 P_ISSUED, P_SLOTS = 16, 17
-TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 18, 12  # the template's TRACE_* constants
+# The heads-on-N consumers' tile between C_READY and C_DONE: MMA 1 (S) waited for (with the ws
+# consumer's previous PV MMAs, which it leaves in flight into this tile), then MMA 2 (PV) issued,
+# after the softmax and P's store (the ws consumer's C_DONE is there: it does not wait for PV).
+C_S, C_PV = 18, 19
+TRACE_TILES, TRACE_EVENTS, TRACE_START = 16, 20, 12  # the template's TRACE_* constants
 
 # (build, heads, T): the builds at the shapes issue 26 and 28 measure them at (the seed shape's T=1
 # and T=64 lines, 128 heads at T=64); each warp-specialised one with PREFETCH 0 and 1.
@@ -69,7 +73,8 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                                                       "producer copy issue", "producer slot loads", "producer copy wait",
                                                       "producer peer wait", "producer conversion", "producer trip",
                                                       "producer loop tail", "consumer ready wait",
-                                                      "consumer compute", "pv tile", "first tile", "tile period",
+                                                      "consumer compute", "consumer mma 1 wait", "consumer softmax",
+                                                      "consumer mma 2 wait", "pv tile", "first tile", "tile period",
                                                       "program", "epilogue")}
     clocks = []
     starts_ns, lasts_ns = [], []
@@ -98,6 +103,13 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                                ("producer copy wait", P_SLOTS, P_LANDED), ("producer peer wait", P_FREE, P_PEER),
                                ("producer conversion", conv, P_DONE), ("consumer ready wait", C_WAIT, C_READY),
                                ("consumer compute", C_READY, C_DONE), ("pv tile", PV_READY, PV_DONE)):
+                v = span(r, a, b)
+                if v is not None:
+                    phases[name].append(v)
+            # The consumer's tile in parts (C_PV only where it waits for MMA 2 inside the tile).
+            pv = C_PV if r[C_PV] else C_DONE
+            for name, a, b in (("consumer mma 1 wait", C_READY, C_S), ("consumer softmax", C_S, pv),
+                               ("consumer mma 2 wait", C_PV, C_DONE)):
                 v = span(r, a, b)
                 if v is not None:
                     phases[name].append(v)
@@ -340,7 +352,8 @@ def main() -> int:
             "producer data wait", "producer copy issue", "producer slot loads", "producer copy wait",
             "producer empty wait", "producer peer wait", "producer conversion", "producer trip", "producer loop tail",
             "consumer ready wait",
-            "consumer compute", "pv tile", "first tile", "tile period", "tile period p90", "program", "epilogue",
+            "consumer compute", "consumer mma 1 wait", "consumer softmax", "consumer mma 2 wait", "pv tile",
+            "first tile", "tile period", "tile period p90", "program", "epilogue",
             "start spread", "launch span", "clock GHz", "trace spills"]
     lines = ["# Warp-specialised decode builds from inside: medians a tile (us)", "",
              f"{prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, CUDA {prov['cuda']}, {prov['date']}. "
@@ -356,7 +369,10 @@ def main() -> int:
              "not by these timelines). The ws producer's 'data wait' in three: 'copy issue' (the next tile's copies "
              "issued, which waits for their slots' loads of a trip before), 'slot loads' (those of the tile after "
              "issued), 'copy wait' (this tile's copies landing); 'producer trip': its top to its next top; 'producer "
-             "loop tail': its conversion's end to its next top.", "",
+             "loop tail': its conversion's end to its next top. The heads-on-N consumers' 'compute' in parts: 'mma 1 "
+             "wait' (S issued and waited for; ws: with the previous tile's PV MMAs still in flight), 'softmax' (to "
+             "MMA 2 issued, P stored), 'mma 2 wait' (the one-warpgroup and wsr consumers, which wait for it in the "
+             "tile).", "",
              "| pair | build | PREFETCH | H | T | records | splits | " + " | ".join(cols) + " |",
              "|---" * (7 + len(cols)) + "|"]
     for r in rows:

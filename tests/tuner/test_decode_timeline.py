@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.decode_timeline import (C_DONE, C_READY, C_WAIT, P_DONE, P_FREE, P_ISSUED, P_LANDED, P_SLOTS, P_TOP, PV_DONE, PV_READY,
-                                        S_IN, S_READY, TRACE_EVENTS, TRACE_START, TRACE_TILES, TRACED, summarise)
+from benchmarks.decode_timeline import (C_DONE, C_PV, C_READY, C_S, C_WAIT, P_DONE, P_FREE, P_ISSUED, P_LANDED, P_SLOTS,
+                                        P_TOP, PV_DONE, PV_READY, S_IN, S_READY, TRACE_EVENTS, TRACE_START, TRACE_TILES,
+                                        TRACED, summarise)
 from catalog.families.decode import render_wgmma
 
 
@@ -79,6 +80,15 @@ def test_summarise_reads_each_phase_from_the_stamps() -> None:
     turns = [{P_TOP: 2000 * i + 2, P_DONE: 2000 * i + 3502, C_DONE: 2000 * i + 3800} for i in range(3)]
     got = summarise([_program(2.0, turns)], [3])
     assert "producer trip" not in got and "producer loop tail" not in got and got["tile period"] == 1.0
+    # The heads-on-N consumers' tile in parts: the ws consumer's MMA 1 wait (1.0 us) then its
+    # softmax to MMA 2 issued (0.5, its C_DONE); the one-warpgroup consumer's MMA 2 wait after (0.2).
+    ws_parts = _program(2.0, [{**tile(i), C_S: 4000 * i + 5800} for i in range(3)])
+    got = summarise([ws_parts], [3])
+    assert (got["consumer mma 1 wait"], got["consumer softmax"]) == (1.0, 0.5) and "consumer mma 2 wait" not in got
+    one_wg = _program(2.0, [{**tile(i), C_S: 4000 * i + 5800, C_PV: 4000 * i + 6400} for i in range(3)])
+    got = summarise([one_wg], [3])
+    assert (got["consumer mma 1 wait"], got["consumer softmax"], got["consumer mma 2 wait"]) == (1.0, 0.3, 0.2)
+    assert "consumer mma 1 wait" not in summarise(progs, [3, 3, 0])  # builds without those stamps
 
 
 def test_trace_build_stamps_the_warp_specialised_kernels_and_compiles_for_sm90() -> None:
