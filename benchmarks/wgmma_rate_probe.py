@@ -7,8 +7,9 @@ rate at N = 16, the shared-memory reads of the A operand (2 KB a wgmma whatever 
 decides the next build: A from registers (RS) if SS is slow at small N, more heads on N (or on M)
 if every small-N wgmma is slow, more overlap if neither is. This probe times each alone.
 
-A program is one warpgroup issuing REPS tiles; a tile is the decode's MMA 1 shape: four chunks of
-K = 128 (8 wgmmas each, 32 a tile) into one fp32 accumulator of [64, N], waited for once a tile.
+A program is one warpgroup issuing `reps` tiles; a tile is the decode's MMA 1 shape: four chunk
+MMAs of K = 128 (8 wgmmas each, 32 a tile) into one fp32 accumulator of [64, N], waited for once a
+tile (one chunk of each operand in shared memory, read by all four).
 Operands:
   ss    A [64, 128] bf16 from shared memory, K-major (as MMA 1 reads the K tile),
   ss_t  A from shared memory through a transposed view (MN-major: as PV reads K^T),
@@ -52,36 +53,34 @@ def _rate_kernel(x_ptr, span_ptr, sum_ptr, reps, N: gl.constexpr, MODE: gl.const
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, blk))
     c = gl.arange(0, CHUNK_K, layout=gl.SliceLayout(0, blk))
     x = gl.load(x_ptr + r[:, None] * CHUNK_K + c[None, :])
+    # One chunk of each operand, read by each of a tile's four chunk MMAs (the rate does not
+    # depend on which chunk is read; two programs an SM fit at N = 256: 16 + 64 KiB each).
     if MODE == "ss_t":
         # A stored [K, M] (M contiguous) and read through its transposed view, as PV reads K^T.
-        a_s = gl.allocate_shared_memory(gl.bfloat16, [CHUNKS, CHUNK_K, 64],
-                                        gl.NVMMASharedLayout.get_default_for([CHUNK_K, 64], gl.bfloat16))
-        for k in gl.static_range(CHUNKS):
-            a_s.index(k).store(gl.permute(x, (1, 0)))
+        a_s = gl.allocate_shared_memory(gl.bfloat16, [CHUNK_K, 64],
+                                        gl.NVMMASharedLayout.get_default_for([CHUNK_K, 64], gl.bfloat16),
+                                        gl.permute(x, (1, 0)))
     else:
-        a_s = gl.allocate_shared_memory(gl.bfloat16, [CHUNKS, 64, CHUNK_K],
-                                        gl.NVMMASharedLayout.get_default_for([64, CHUNK_K], gl.bfloat16))
-        for k in gl.static_range(CHUNKS):
-            a_s.index(k).store(x)
+        a_s = gl.allocate_shared_memory(gl.bfloat16, [64, CHUNK_K],
+                                        gl.NVMMASharedLayout.get_default_for([64, CHUNK_K], gl.bfloat16), x)
     nr = gl.arange(0, N, layout=gl.SliceLayout(1, blk))
     b = gl.load(x_ptr + (nr[:, None] % 64) * CHUNK_K + c[None, :])
-    b_s = gl.allocate_shared_memory(gl.bfloat16, [CHUNKS, N, CHUNK_K],
-                                    gl.NVMMASharedLayout.get_default_for([N, CHUNK_K], gl.bfloat16))
-    for k in gl.static_range(CHUNKS):
-        b_s.index(k).store(b)
+    b_s = gl.allocate_shared_memory(gl.bfloat16, [N, CHUNK_K],
+                                    gl.NVMMASharedLayout.get_default_for([N, CHUNK_K], gl.bfloat16), b)
     fence_async_shared()
     gl.thread_barrier()
-    a_r = a_s.index(0).load(gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2))
+    # rs: the chunk's A fragment in registers (loaded once); the shared modes do not read it.
+    a_r = gl.convert_layout(x, gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2))
     acc = gl.zeros([64, N], gl.float32, acc_l)
     t0 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
     for i in range(reps):
         for k in gl.static_range(CHUNKS):
             if MODE == "rs":
-                acc = warpgroup_mma(a_r, b_s.index(k).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(a_r, b_s.permute((1, 0)), acc, is_async=True)
             elif MODE == "ss_t":
-                acc = warpgroup_mma(a_s.index(k).permute((1, 0)), b_s.index(k).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(a_s.permute((1, 0)), b_s.permute((1, 0)), acc, is_async=True)
             else:
-                acc = warpgroup_mma(a_s.index(k), b_s.index(k).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(a_s, b_s.permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
     t1 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
     # The span, and the accumulator's row sums (the MMAs are live, and `run` checks them).
