@@ -3,23 +3,15 @@ converting half of a tile into both CTAs' shared memory, as FlashMLA does), in G
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+from tests.tuner.probe_scripts import SM90, run_probe
 
 
 def _probe(*args: str) -> subprocess.CompletedProcess:
-    # A process of its own: Triton compiles there (this one may run under TRITON_INTERPRET).
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "benchmarks/cluster_probe.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_probe("cluster_probe.py", *args)
 
 
 def test_cluster_probe_compiles_two_cta_clusters_with_dsmem_stores_and_bulk_copies_for_sm90() -> None:

@@ -4,27 +4,16 @@ tile waited for once; on an sm_90 GPU its MMAs compute what they should."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-def _probe(*args: str) -> subprocess.CompletedProcess:
-    # A process of its own: Triton compiles there (this one may run under TRITON_INTERPRET).
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "benchmarks/wgmma_rate_probe.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+from tests.tuner.probe_scripts import ROOT, SM90, run_probe
 
 
 def test_rate_probe_issues_the_decode_tiles_wgmma_forms_for_sm90() -> None:
-    got = _probe("--static", "--ns", "16,64")
+    got = run_probe("wgmma_rate_probe.py", "--static", "--ns", "16,64")
     assert got.returncode == 0, got.stdout + got.stderr
     rows = {tuple(c.strip() for c in r.split("|")[1:3]): r.split("|")[3].strip()
             for r in got.stdout.splitlines() if r.startswith("| ") and not r.startswith("| A operand")}
