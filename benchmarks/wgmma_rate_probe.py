@@ -13,11 +13,13 @@ tile (one chunk of each operand in shared memory, read by all four).
 Operands:
   ss    A [64, 128] bf16 from shared memory, K-major (as MMA 1 reads the K tile),
   ss_t  A from shared memory through a transposed view (MN-major: as PV reads K^T),
-  rs    A from registers (one chunk's fragment, loaded once), B from shared memory as in ss.
+  rs    A from registers (one chunk's fragment, loaded once), B from shared memory as in ss;
+  ss_fp8  e4m3 operands from shared memory, m64nNk32 (the logits kernel's MMA 1 at N = 64 heads).
 PROGS programs run on each SM at once (1: one consumer; 2: two, as ping-pong consumers would).
 Each program stamps %clock64 around its loop; cycles a wgmma = its span / (REPS * 32), and an SM's
 rate = PROGS wgmmas in that time. The tensor core's bf16 peak is 1024 FMA a cycle an SM (dense),
-so m64nNk16 costs N cycles at peak: the table reports that fraction too.
+so m64nNk16 costs N cycles at peak (fp8's is twice that, so m64nNk32 does too): the table reports
+that fraction.
 
     python benchmarks/wgmma_rate_probe.py --static          # CPU: the SASS each case issues
     python benchmarks/wgmma_rate_probe.py --out $OUT        # GPU: wgmma_rate_<gpu>.md / .json
@@ -39,16 +41,24 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, warpgroup_mma, warpgroup_mma_wait,
 )
 
-MODES = ("ss", "ss_t", "rs")
+MODES = ("ss", "ss_t", "rs", "ss_fp8")
 NS = (8, 16, 32, 64, 128, 256)
 CHUNK_K = gl.constexpr(128)  # a chunk's K: 8 wgmmas of k16
 CHUNKS = gl.constexpr(4)  # a tile: 512 dims, 32 wgmmas
-WGMMAS_A_TILE = 32
+
+
+
+def wgmmas_a_tile(mode: str) -> int:
+    """A tile's wgmmas: 512 dims in k16 steps (bf16), or k32 (ss_fp8: e4m3 operands, as the logits
+    kernel's MMA 1; its peak is twice bf16's, so an m64nNk32 costs N cycles at it too)."""
+    return 16 if mode == "ss_fp8" else 32
 
 
 @gluon.jit
 def _rate_kernel(x_ptr, span_ptr, sum_ptr, reps, N: gl.constexpr, MODE: gl.constexpr):
-    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                    instr_shape=[16, N, 32 if MODE == "ss_fp8" else 16])
+    DT: gl.constexpr = gl.float8e4nv if MODE == "ss_fp8" else gl.bfloat16
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, blk))
     c = gl.arange(0, CHUNK_K, layout=gl.SliceLayout(0, blk))
@@ -61,12 +71,11 @@ def _rate_kernel(x_ptr, span_ptr, sum_ptr, reps, N: gl.constexpr, MODE: gl.const
                                         gl.NVMMASharedLayout.get_default_for([CHUNK_K, 64], gl.bfloat16),
                                         gl.permute(x, (1, 0)))
     else:
-        a_s = gl.allocate_shared_memory(gl.bfloat16, [64, CHUNK_K],
-                                        gl.NVMMASharedLayout.get_default_for([64, CHUNK_K], gl.bfloat16), x)
+        a_s = gl.allocate_shared_memory(DT, [64, CHUNK_K], gl.NVMMASharedLayout.get_default_for([64, CHUNK_K], DT),
+                                        x.to(DT))
     nr = gl.arange(0, N, layout=gl.SliceLayout(1, blk))
     b = gl.load(x_ptr + (nr[:, None] % 64) * CHUNK_K + c[None, :])
-    b_s = gl.allocate_shared_memory(gl.bfloat16, [N, CHUNK_K],
-                                    gl.NVMMASharedLayout.get_default_for([N, CHUNK_K], gl.bfloat16), b)
+    b_s = gl.allocate_shared_memory(DT, [N, CHUNK_K], gl.NVMMASharedLayout.get_default_for([N, CHUNK_K], DT), b.to(DT))
     fence_async_shared()
     gl.thread_barrier()
     # rs: the chunk's A fragment in registers (loaded once); the shared modes do not read it.
@@ -109,7 +118,7 @@ def static_case(mode: str, n: int) -> list[str]:
 
 
 def gmma_lines(cubin: bytes) -> list[str]:
-    """Each HGMMA of a cubin as 'HGMMA.64x16x16.F32.BF16 R' (A from registers), '... desc' (A from
+    """Each wgmma of a cubin as 'HGMMA.64x16x16.F32.BF16 R' (A from registers), '... desc' (A from
     shared memory, K-major) or '... desc.tnspA' (MN-major), and each wgmma wait as 'wait'."""
     import re
 
@@ -117,7 +126,7 @@ def gmma_lines(cubin: bytes) -> list[str]:
 
     out = []
     for line in sass_text(cubin).splitlines():
-        m = re.search(r"(HGMMA\.\S+)\s+R\d+,\s*(\S+?),", line)
+        m = re.search(r"([HQ]GMMA\.\S+)\s+R\d+,\s*(\S+?),", line)
         if m:
             a = m.group(2)
             out.append(f"{m.group(1)} {('desc' + ('.tnspA' if 'tnspA' in a else '')) if a.startswith('gdesc') else 'R'}")
@@ -137,6 +146,8 @@ def run(mode: str, n: int, grid: int, reps: int) -> tuple[Any, Any, float]:
     sums = torch.full((grid, 64), float("nan"), device="cuda")
     _rate_kernel[(grid,)](x, spans, sums, reps, N=n, MODE=mode, num_warps=4)
     b = x[torch.arange(n, device="cuda") % 64]
+    if mode == "ss_fp8":  # the operands as the kernel rounds them
+        x, b = x.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
     want = (x.double() @ b.double().T).sum(dim=1) * (reps * int(CHUNKS))
     return spans, sums, want
 
@@ -150,7 +161,7 @@ def measure(mode: str, n: int, progs: int, reps: int, sms: int) -> dict[str, Any
     torch.cuda.synchronize()
     err = float(((sums.double() - want[None, :]).abs().max() / want.abs().max()))
     spans = spans.float()
-    cyc = float(spans.median()) / (reps * WGMMAS_A_TILE)
+    cyc = float(spans.median()) / (reps * wgmmas_a_tile(mode))
     # The SM's rate: PROGS warpgroups each issuing a wgmma every `cyc` cycles.
     sm_cyc = cyc / progs
     return {"mode": mode, "n": n, "progs": progs, "reps": reps, "cycles_a_wgmma": round(cyc, 2),
@@ -158,7 +169,7 @@ def measure(mode: str, n: int, progs: int, reps: int, sms: int) -> dict[str, Any
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| A operand | N | programs an SM | cycles a wgmma (a program) | SM cycles a wgmma | of bf16 peak | "
+    lines = ["| A operand | N | programs an SM | cycles a wgmma (a program) | SM cycles a wgmma | of peak | "
              "row sums' error |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['mode']} | {r['n']} | {r['progs']} | {r['cycles_a_wgmma']} | {r['sm_cycles_a_wgmma']} | "
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = [int(v) for v in args.ns.split(",")]
     modes = args.modes.split(",")
     if args.static:
-        print("| A operand | N | HGMMA in the kernel (a tile's 32 in its loop) |\n|---|---|---|")
+        print("| A operand | N | wgmmas in the kernel (a tile's 32 in its loop, 16 for fp8) |\n|---|---|---|")
         for mode in modes:
             for n in ns:
                 seq = static_case(mode, n)
@@ -192,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = [measure(mode, n, int(p), args.reps, sms) for mode in modes for n in ns for p in args.progs.split(",")]
     text = (f"# wgmma rate at the decode tile's shapes\n\n{provenance()}\n\n`benchmarks/wgmma_rate_probe.py`: "
-            f"{args.reps} tiles of 32 wgmmas m64nNk16 bf16 a program, one accumulator, waited for once a "
-            f"tile; medians over {sms} SMs' programs.\n\n{table(rows)}\n")
+            f"{args.reps} tiles of 512 dims a program (32 wgmmas m64nNk16 bf16, or 16 m64nNk32 e4m3), one "
+            f"accumulator, waited for once a tile; medians over {sms} SMs' programs.\n\n{table(rows)}\n")
     print(text)
     if args.out:
         gpu = torch.cuda.get_device_name(0).split()[-1].lower()
