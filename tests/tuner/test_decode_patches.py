@@ -119,3 +119,18 @@ def test_partial_rows_patch_stores_partials_in_vectors(patched_tree: Callable[[P
         assert now["ops"]["barrier"] == was["ops"]["barrier"] + 4, (fmt, cfg, now["ops"], was["ops"])
         assert now["spills"] == was["spills"] == 0 and now["shared_bytes"] == was["shared_bytes"], (fmt, cfg, now, was)
         assert abs(now["registers"] - was["registers"]) <= 1, (fmt, cfg, now["registers"], was["registers"])
+
+
+FMA_HEAD_SUM = ROOT / "benchmarks" / "patches" / "logits_fma_head_sum.patch"
+
+
+@pytest.mark.skipif(not FMA_HEAD_SUM.exists(), reason="logits_fma_head_sum.patch has landed or gone")
+def test_fma_head_sum_patch_leaves_the_tensor_core_mma_1(patched_tree: Callable[[Path], Path]) -> None:
+    # The logits wgmma kernel's head sum on the FMA pipe (fp32 weights in registers): its 4 bf16
+    # m64n8k16 wgmmas a tile and their wait go, MMA 1's 4 e4m3 ones stay; the loop gains ~45 SASS
+    # (32 relu maxima, the FMAs, 4 shuffles) and the registers 68 -> 85 (6 programs an SM, not 7).
+    was = static_profile("mxfp4_68", "dot=wgmma", kernel="logits")
+    now = static_profile("mxfp4_68", "dot=wgmma", patched_tree(FMA_HEAD_SUM), kernel="logits")
+    assert (was["ops"]["wgmma"], now["ops"]["wgmma"]) == (8, 4) and now["ops"]["wgmma wait"] == 1, (now, was)
+    assert now["spills"] == was["spills"] == 0 and 40 <= now["loop"] - was["loop"] <= 50, (now, was)
+    assert (was["registers"], now["registers"]) == (68, 85), (now, was)
