@@ -16,13 +16,14 @@ Operands:
   rs    A from registers (one chunk's fragment, loaded once), B from shared memory as in ss;
   ss_fp8  e4m3 operands from shared memory, m64nNk32 (the logits kernel's MMA 1 at N = 64 heads).
 PROGS programs run on each SM at once (1: one consumer; 2: two, as ping-pong consumers would).
-Each program stamps %clock64 around its loop; cycles a wgmma = its span / (REPS * 32), and an SM's
-rate = PROGS wgmmas in that time. The tensor core's bf16 peak is 1024 FMA a cycle an SM (dense),
+Each program stamps %clock64 around its loop; cycles a wgmma = its span / (reps x a tile's wgmmas),
+and an SM's rate = PROGS wgmmas in that time. The tensor core's bf16 peak is 1024 FMA a cycle an SM (dense),
 so m64nNk16 costs N cycles at peak (fp8's is twice that, so m64nNk32 does too): the table reports
 that fraction.
 
     python benchmarks/wgmma_rate_probe.py --static          # CPU: the SASS each case issues
-    python benchmarks/wgmma_rate_probe.py --out $OUT        # GPU: wgmma_rate_<gpu>.md / .json
+    python benchmarks/wgmma_rate_probe.py --out $OUT        # GPU: wgmma_rate_h200.md / .json
+                                                            # (h200_session.sh renames for other cards)
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
 MODES = ("ss", "ss_t", "rs", "ss_fp8")
 NS = (8, 16, 32, 64, 128, 256)
 CHUNK_K = gl.constexpr(128)  # a chunk's K: 8 wgmmas of k16
-CHUNKS = gl.constexpr(4)  # a tile: 512 dims, 32 wgmmas
-
+CHUNKS = gl.constexpr(4)  # a tile: 512 dims
 
 
 def wgmmas_a_tile(mode: str) -> int:
@@ -99,7 +99,8 @@ def _rate_kernel(x_ptr, span_ptr, sum_ptr, reps, N: gl.constexpr, MODE: gl.const
     gl.store(span_ptr + pid, t1 - t0)
 
 
-SIGNATURE = {"x_ptr": "*bf16", "span_ptr": "*i64", "sum_ptr": "*fp32", "reps": "i32", "N": "constexpr", "MODE": "constexpr"}
+SIGNATURE = {"x_ptr": "*bf16", "span_ptr": "*i64", "sum_ptr": "*fp32", "reps": "i32", "N": "constexpr",
+             "MODE": "constexpr"}
 
 
 def static_case(mode: str, n: int) -> list[str]:
@@ -129,13 +130,14 @@ def gmma_lines(cubin: bytes) -> list[str]:
         m = re.search(r"([HQ]GMMA\.\S+)\s+R\d+,\s*(\S+?),", line)
         if m:
             a = m.group(2)
-            out.append(f"{m.group(1)} {('desc' + ('.tnspA' if 'tnspA' in a else '')) if a.startswith('gdesc') else 'R'}")
+            form = ("desc.tnspA" if "tnspA" in a else "desc") if a.startswith("gdesc") else "R"
+            out.append(f"{m.group(1)} {form}")
         elif "WARPGROUP.DEPBAR" in line:
             out.append("wait")
     return out
 
 
-def run(mode: str, n: int, grid: int, reps: int) -> tuple[Any, Any, float]:
+def run(mode: str, n: int, grid: int, reps: int) -> tuple[Any, Any, Any]:
     """One launch of `grid` programs: each program's span in cycles, its accumulator's row sums,
     and what those sums should be (every chunk of A and of B holds the same values)."""
     import torch
@@ -179,7 +181,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--static", action="store_true", help="compile each case for sm_90 on the CPU, list its HGMMAs")
+    ap.add_argument("--static", action="store_true", help="compile each case for sm_90 on the CPU, list its wgmmas")
     ap.add_argument("--ns", default=",".join(map(str, NS)))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--progs", default="1,2")
@@ -207,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             f"accumulator, waited for once a tile; medians over {sms} SMs' programs.\n\n{table(rows)}\n")
     print(text)
     if args.out:
-        gpu = torch.cuda.get_device_name(0).split()[-1].lower()
+        # Named for the H200, as every result here; h200_session.sh renames them for another card.
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"wgmma_rate_{gpu}.md").write_text(text)
-        (args.out / f"wgmma_rate_{gpu}.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "wgmma_rate_h200.md").write_text(text)
+        (args.out / "wgmma_rate_h200.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 
