@@ -107,8 +107,8 @@ def summarise(trace: Sequence[Sequence[Sequence[int]]], n_tiles: Sequence[int]) 
                 if v is not None:
                     phases[name].append(v)
             # The consumer's tile in parts (C_PV only where it waits for MMA 2 inside the tile).
-            pv = C_PV if r[C_PV] else C_DONE
-            for name, a, b in (("consumer mma 1 wait", C_READY, C_S), ("consumer softmax", C_S, pv),
+            softmax_end = C_PV if r[C_PV] else C_DONE
+            for name, a, b in (("consumer mma 1 wait", C_READY, C_S), ("consumer softmax", C_S, softmax_end),
                                ("consumer mma 2 wait", C_PV, C_DONE)):
                 v = span(r, a, b)
                 if v is not None:
