@@ -134,3 +134,20 @@ def test_fma_head_sum_patch_leaves_the_tensor_core_mma_1(patched_tree: Callable[
     assert (was["ops"]["wgmma"], now["ops"]["wgmma"]) == (8, 4) and now["ops"]["wgmma wait"] == 1, (now, was)
     assert now["spills"] == was["spills"] == 0 and 40 <= now["loop"] - was["loop"] <= 50, (now, was)
     assert (was["registers"], now["registers"]) == (68, 85), (now, was)
+
+
+MMA1_RS = ROOT / "benchmarks" / "patches" / "decode_mma1_rs.patch"
+
+
+@pytest.mark.skipif(not MMA1_RS.exists(), reason="decode_mma1_rs.patch has landed or gone")
+def test_mma1_rs_patch_reads_k_into_registers_with_one_warpgroup(patched_tree: Callable[[Path], Path]) -> None:
+    # The one-warpgroup build's MMA 1 takes each K chunk as its A fragment (32 ldmatrix a list's
+    # tile), not serialized (the same wgmma waits) and without spills; two warpgroups and ws as before.
+    for fmt in ("nvfp4_288,fp8_528", "fp8_584,fp8_584"):
+        was, now = static_profile(fmt, "MMA=wgmma"), static_profile(fmt, "MMA=wgmma", patched_tree(MMA1_RS))
+        assert (was["ops"].get("ldmatrix", 0), now["ops"].get("ldmatrix", 0)) == (0, 64), (fmt, now["ops"])
+        assert now["ops"]["wgmma wait"] == was["ops"]["wgmma wait"] and now["ops"]["wgmma"] == was["ops"]["wgmma"]
+        assert now["spills"] == 0 and now["registers"] <= 255 and now["sass"] < was["sass"], (fmt, now, was)
+        for cfg in ("MMA=wgmma,num_warps=8", "MMA=wgmma_ws"):
+            a, b = static_profile(fmt, cfg), static_profile(fmt, cfg, patched_tree(MMA1_RS))
+            assert (a["sass"], a["ops"], a["registers"]) == (b["sass"], b["ops"], b["registers"]), (fmt, cfg)
